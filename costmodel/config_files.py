@@ -1,0 +1,153 @@
+"""Front doors for configurations: canonical TOML/JSON, vTrain JSON, Hugging Face config.json, presets.
+
+Every loader returns a flat dict of canonical field names (see `spec.ALL_FIELDS`) with raw
+values; `resolve_config` layers preset < file < overrides and validates with `build_config`.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from vtrain.costmodel.presets import lookup_model, model_names
+from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, TrainConfig, build_config, suggest_field
+
+# vTrain's own config JSON (VIA-Research/vTrain config/*.json) -> canonical names.
+# Bandwidths there: inter_node_bandwidth in Gb/s, intra_node_bandwidth in GB/s (same units as ours).
+VTRAIN_KEYS = {
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "max_length": "seq_len",
+    "sequence_length": "seq_len",
+    "seq_length": "seq_len",
+    "vocab_size": "vocab_size",
+    "tensor_parallel_size": "tp",
+    "pipeline_parallel_size": "pp",
+    "data_parallel_size": "dp",
+    "micro_batch_size": "micro_batch",
+    "global_batch_size": "global_batch",
+    "num_gpus": "num_gpus",
+    "node_size": "gpus_per_node",
+    "inter_node_bandwidth": "inter_node_bw_Gbps",
+    "intra_node_bandwidth": "intra_node_bw_GBps",
+}
+VTRAIN_MARKERS = ("tensor_parallel_size", "max_length", "node_size", "inter_node_bandwidth", "pipeline_parallel_size")
+
+# Hugging Face transformers config.json -> canonical model fields (first key found wins).
+HF_KEYS = {
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_kv_heads": ("num_key_value_heads", "multi_query_group_num"),
+    "ffn_hidden_size": ("intermediate_size", "n_inner", "ffn_dim"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
+}
+HF_LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "internlm", "internlm2",
+                  "yi", "deepseek", "olmo", "phi3")
+HF_MAX_SEQ_LEN = 8192  # long-context checkpoints are trained mostly at <= 8k; override with --seq-len
+
+
+def _read_mapping(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError("config", f"file '{path}' not found; give a path to a TOML or JSON config")
+    text = path.read_text(encoding="utf-8-sig")
+    try:
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(text)
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError("config", f"'{path}' is not valid TOML/JSON ({err}); fix the syntax") from None
+
+
+def is_vtrain_config(data: dict) -> bool:
+    return any(k in data for k in VTRAIN_MARKERS)
+
+
+def is_hf_config(data: dict) -> bool:
+    return "model_type" in data or "architectures" in data or "num_hidden_layers" in data or "n_layer" in data
+
+
+def from_vtrain(data: dict) -> dict:
+    """Canonical fields from a vTrain config JSON (unknown vTrain keys are ignored)."""
+    out = {canon: data[key] for key, canon in VTRAIN_KEYS.items() if key in data}
+    # vTrain's validation setup (Megatron-DeepSpeed on A100) runs with activation checkpointing.
+    out.setdefault("recompute", "full")
+    out.setdefault("gpu", "a100-80gb")
+    out.setdefault("precision", "fp16")
+    return out
+
+
+def from_hf(data: dict) -> dict:
+    """Canonical model fields from a Hugging Face config.json."""
+    out = {}
+    for canon, keys in HF_KEYS.items():
+        for key in keys:
+            if data.get(key) is not None:
+                out[canon] = data[key]
+                break
+    model_type = str(data.get("model_type", "")).lower()
+    gated = model_type in HF_LLAMA_TYPES or str(data.get("hidden_act", "")).lower() in ("silu", "swiglu")
+    out["arch"] = "llama" if gated else "gpt"
+    if "seq_len" in out:
+        out["seq_len"] = min(int(out["seq_len"]), HF_MAX_SEQ_LEN)
+    return out
+
+
+def from_canonical(data: dict, source: str) -> dict:
+    """Flatten [model]/[parallel]/[cluster] tables (flat keys also OK); 'model = "preset"' allowed."""
+    out: dict = {}
+    for key, value in data.items():
+        if key in ("model", "parallel", "cluster") and isinstance(value, dict):
+            for sub_key, sub_value in value.items():
+                if sub_key == "preset" and key == "model":
+                    out.update(preset_fields(sub_value))
+                elif sub_key not in ALL_FIELDS:
+                    raise ConfigError(f"{key}.{sub_key}", f"unknown field in {source}{suggest_field(sub_key)}")
+                else:
+                    out[sub_key] = sub_value
+        elif key == "model" and isinstance(value, str):
+            out.update(preset_fields(value))
+        elif key in ALL_FIELDS:
+            out[key] = value
+        else:
+            raise ConfigError(key, f"unknown field in {source}{suggest_field(key)}")
+    return out
+
+
+def preset_fields(name: str) -> dict:
+    fields = lookup_model(name)
+    if fields is None:
+        raise ConfigError("model", f"'{name}' is not a known model preset; use one of {', '.join(model_names())}")
+    return fields
+
+
+def load_config_file(path: str | Path) -> dict:
+    """Flat canonical fields from any supported config file (format detected from content)."""
+    path = Path(path)
+    data = _read_mapping(path)
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"'{path}' must hold an object/table at top level")
+    if is_vtrain_config(data):
+        return from_vtrain(data)
+    if is_hf_config(data) and not any(k in data for k in ("model", "parallel", "cluster")):
+        return from_hf(data)
+    return from_canonical(data, str(path))
+
+
+def resolve_config(path: str | Path | None = None, model: str | None = None,
+                   overrides: dict | None = None) -> TrainConfig:
+    """Validated config from (lowest to highest priority) a file, a model preset flag, and overrides."""
+    values: dict = {}
+    if path:
+        values.update(load_config_file(path))
+    if model:
+        values.update(preset_fields(model))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return build_config(values)
