@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import GPUS, gpu_names, lookup_gpu
 
 ARCHS = ("gpt", "llama")
@@ -17,7 +18,7 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe")
 PRECISIONS = ("fp16", "bf16", "fp8")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad configuration value. `str(err)` is one line naming the field and the fix."""
 
     def __init__(self, field_name: str, message: str):
