@@ -1,0 +1,99 @@
+"""Parquet store: DATASET_DIR/{runs,kernels,collectives}/part-*.parquet.
+
+Appending never rewrites existing files: it writes one new part file (temp file in the same
+folder, then `os.replace`) holding only rows whose dedupe key (`schema.key_columns`: every
+column except the time/spread/repeats columns and `source`) is not already stored.
+The first measurement of a (configuration, hardware) wins.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vtrain.costmodel.errors import UserError
+from vtrain.dataset.schema import SCHEMAS, TABLES, columns, key_columns
+
+
+def _check_table(table: str) -> None:
+    if table not in TABLES:
+        raise UserError(f"table '{table}' is unknown; use one of {', '.join(TABLES)}")
+
+
+def to_arrow(df: pd.DataFrame, table: str) -> pa.Table:
+    """`df` as an arrow table with exactly the schema of `table` (missing columns raise UserError)."""
+    _check_table(table)
+    missing = [c for c in columns(table) if c not in df.columns]
+    if missing:
+        raise UserError(f"{table} rows lack column(s) {', '.join(missing)}")
+    return pa.Table.from_pandas(df[columns(table)], schema=SCHEMAS[table], preserve_index=False)
+
+
+def conform(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """`df` with the schema's columns, order and dtypes (round trip through arrow)."""
+    return to_arrow(df, table).to_pandas()
+
+
+def empty(table: str) -> pd.DataFrame:
+    """An empty frame with the columns and dtypes of `table`."""
+    return SCHEMAS[table].empty_table().to_pandas()
+
+
+def part_files(dataset_dir: str | Path, table: str) -> list[Path]:
+    return sorted((Path(dataset_dir) / table).glob("part-*.parquet"))
+
+
+def load(dataset_dir: str | Path, table: str) -> pd.DataFrame:
+    """All rows of `table` in the store (an empty frame with the schema's columns if none)."""
+    _check_table(table)
+    parts = part_files(dataset_dir, table)
+    if not parts:
+        return empty(table)
+    tables = [pq.read_table(p, schema=SCHEMAS[table]) for p in parts]
+    return pa.concat_tables(tables).to_pandas()
+
+
+def _row_keys(df: pd.DataFrame, table: str) -> pd.Series:
+    return pd.util.hash_pandas_object(df[key_columns(table)], index=False)
+
+
+def new_rows(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of `df` (conformed) not yet in the store, duplicates within `df` dropped (first kept)."""
+    df = conform(df, table)
+    keys = _row_keys(df, table)
+    stored = load(dataset_dir, table)
+    fresh = ~keys.duplicated()
+    if len(stored):
+        fresh &= ~keys.isin(set(_row_keys(stored, table)))
+    return df[fresh.to_numpy()].reset_index(drop=True)
+
+
+def write_part(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> int:
+    """Write `df` as one new part file, atomically; no dedupe. Returns rows written."""
+    if len(df) == 0:
+        return 0
+    folder = Path(dataset_dir) / table
+    folder.mkdir(parents=True, exist_ok=True)
+    arrow = to_arrow(df, table)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=folder)
+    os.close(fd)
+    try:
+        pq.write_table(arrow, tmp)
+        final = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(df)
+
+
+def append(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> int:
+    """Append the rows of `df` that are new to the store as one new part file; returns rows written."""
+    return write_part(dataset_dir, table, new_rows(dataset_dir, table, df))
