@@ -1,0 +1,43 @@
+"""vtrain: predict LLM training iteration time and search parallelization strategies.
+
+Python API:
+    import vtrain
+    config = vtrain.load_config("examples/gpt3-175b.toml", tp=8)     # or model="llama2-70b", ...
+    result = vtrain.predict(config)                                   # shipped checkpoint
+    result.iteration_time_s, result.mfu, result.breakdown
+    vtrain.predict(config, checkpoint="none")                         # analytical only
+"""
+from __future__ import annotations
+
+from vtrain.costmodel.config_files import resolve_config
+from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.predictor import Prediction, Predictor, TrainingCost
+from vtrain.costmodel.spec import ConfigError, TrainConfig, build_config
+
+__version__ = "0.1.0"
+
+def load_config(path: str | None = None, model: str | None = None, **fields) -> TrainConfig:
+    """A validated config from a file (TOML/JSON/vTrain/HF), a model preset and canonical fields."""
+    return resolve_config(path, model, fields)
+
+
+def get_predictor(checkpoint: str | None = "default") -> Predictor:
+    """A predictor for a checkpoint name/path; 'none' for the analytical model."""
+    return Predictor.load(checkpoint)
+
+
+def predict(config: TrainConfig | str | dict, checkpoint: str | None = "default", **fields) -> Prediction:
+    """Predict one iteration. `config` may be a TrainConfig, a config file path, or a dict of
+    canonical fields; keyword fields override it."""
+    if isinstance(config, TrainConfig):
+        if fields:
+            config = build_config({**config.flat(), **fields})
+    elif isinstance(config, dict):
+        config = build_config({**config, **fields})
+    else:
+        config = resolve_config(config, None, fields)
+    return get_predictor(checkpoint).predict(config)
+
+
+__all__ = ["ConfigError", "Prediction", "Predictor", "TrainConfig", "TrainingCost", "UserError", "build_config",
+           "get_predictor", "load_config", "predict"]

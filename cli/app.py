@@ -20,6 +20,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Predict LLM training iteration time and find the best parallelization strategy."""
+
+
 def _register_commands() -> None:
     # Importing a module registers its commands on `app`.
     from vtrain.cli import predict_cmd  # noqa: F401

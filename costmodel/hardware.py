@@ -13,7 +13,12 @@ Figures are the vendors' public spec-sheet numbers for dense (non-sparse) math:
 - MI300X 192GB: AMD Instinct MI300X datasheet (1,307 TFLOP/s bf16/fp16, 2,615 TFLOP/s fp8
   dense, 5.3 TB/s, 896 GB/s aggregate Infinity Fabric = 448 GB/s per direction); 400 Gb/s NIC.
 
-Units: FLOP/s, bytes, bytes/s. NVLink figures are per GPU, per direction.
+"fp32" entries are TF32 tensor-core peaks (what cuBLAS/XLA use for fp32 matmuls by default;
+V100 has no TF32, so its plain fp32 figure). fp32 is for imported kernel rows only: training
+precision is fp16, bf16 or fp8.
+
+Units: FLOP/s, bytes, bytes/s. Memory sizes are binary (an "80 GB" A100 has 80 GiB; the H200 exposes
+~140 GiB of its 141 GB). NVLink figures are per GPU, per direction.
 """
 from __future__ import annotations
 
@@ -45,13 +50,16 @@ class GpuSpec:
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in [
-        GpuSpec("v100", {"fp16": 125 * TB}, 32 * GB, 900 * GB, 150, 100, 8, ("v100-32gb", "v100-sxm2")),
-        GpuSpec("a100-40gb", {"fp16": 312 * TB, "bf16": 312 * TB}, 40 * GB, 1555 * GB, 300, 200, 8, ("a100-sxm4-40gb",)),
-        GpuSpec("a100-80gb", {"fp16": 312 * TB, "bf16": 312 * TB}, 80 * GB, 2039 * GB, 300, 200, 8, ("a100", "a100-sxm4-80gb")),
-        GpuSpec("h100-sxm", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB}, 80 * GB, 3350 * GB, 450, 400, 8, ("h100", "h100-80gb")),
-        GpuSpec("h200", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB}, 141 * GB, 4800 * GB, 450, 400, 8, ("h200-sxm",)),
-        GpuSpec("b200", {"fp16": 2250 * TB, "bf16": 2250 * TB, "fp8": 4500 * TB}, 180 * GB, 7700 * GB, 900, 400, 8, ()),
-        GpuSpec("mi300x", {"fp16": 1307 * TB, "bf16": 1307 * TB, "fp8": 2615 * TB}, 192 * GB, 5300 * GB, 448, 400, 8, ()),
+        GpuSpec("v100", {"fp16": 125 * TB, "fp32": 15.7 * TB}, 32 * GiB, 900 * GB, 150, 100, 8, ("v100-32gb", "v100-sxm2")),
+        GpuSpec("a100-40gb", {"fp16": 312 * TB, "bf16": 312 * TB, "fp32": 156 * TB}, 40 * GiB, 1555 * GB, 300, 200, 8, ("a100-sxm4-40gb",)),
+        GpuSpec("a100-80gb", {"fp16": 312 * TB, "bf16": 312 * TB, "fp32": 156 * TB}, 80 * GiB, 2039 * GB, 300, 200, 8, ("a100", "a100-sxm4-80gb")),
+        GpuSpec("h100-sxm", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB, "fp32": 494 * TB}, 80 * GiB, 3350 * GB, 450, 400, 8, ("h100", "h100-80gb")),
+        GpuSpec("h200", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB, "fp32": 494 * TB}, 140 * GiB, 4800 * GB, 450, 400, 8, ("h200-sxm",)),
+        GpuSpec("b200", {"fp16": 2250 * TB, "bf16": 2250 * TB, "fp8": 4500 * TB, "fp32": 1100 * TB}, 180 * GiB, 7700 * GB, 900, 400, 8, ()),
+        GpuSpec("mi300x", {"fp16": 1307 * TB, "bf16": 1307 * TB, "fp8": 2615 * TB, "fp32": 654 * TB}, 192 * GiB, 5300 * GB, 448, 400, 8, ()),
+        # Not a GPU: nominal figures for a small x86 host (2 cores, AVX2 FMA, ~20 GB/s DRAM) so
+        # that kernels profiled on the CPU (`vtrain profile --device cpu`) can be fitted and tested.
+        GpuSpec("cpu", {"fp32": 0.2 * TB, "bf16": 0.2 * TB, "fp16": 0.2 * TB}, 24 * GiB, 20 * GB, 20, 10, 1, ("host",)),
     ]
 }
 

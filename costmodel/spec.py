@@ -219,9 +219,9 @@ def build_config(values: dict) -> TrainConfig:
     precision = v.get("precision") or ("bf16" if "bf16" in gpu.peak_flops else "fp16")
     if precision not in PRECISIONS:
         raise ConfigError("precision", f"'{precision}' is unknown; use one of {', '.join(PRECISIONS)}")
-    if precision not in gpu.peak_flops:
+    if precision not in gpu.peak_flops or precision not in PRECISIONS:
         raise ConfigError("precision", f"{gpu.name} has no {precision} tensor cores; use one of "
-                          f"{', '.join(gpu.peak_flops)}")
+                          f"{', '.join(p for p in gpu.peak_flops if p in PRECISIONS)}")
     gpus_per_node = v.get("gpus_per_node") or gpu.gpus_per_node
     intra = v.get("intra_node_bw_GBps") or gpu.nvlink_GBps
     inter = v.get("inter_node_bw_Gbps") or gpu.nic_Gbps

@@ -12,8 +12,7 @@ import re
 from pathlib import Path
 
 from vtrain.costmodel.errors import UserError
-from vtrain.dataset.rows import ImportResult, canonical_gpu, collective_row, to_frame
-from vtrain.costmodel.hardware import lookup_gpu
+from vtrain.dataset.rows import ImportResult, collective_row, guess_gpu, to_frame
 
 TESTS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
          "alltoall": "all_to_all", "all_to_all": "all_to_all", "sendrecv": "send_recv", "send_recv": "send_recv"}
@@ -25,17 +24,6 @@ TEST_NAME = re.compile(r"(\w+)_perf")
 
 def is_nccl_log(head: str) -> bool:
     return "# nThread" in head or "nccl-tests" in head.lower() or "Collective test starting" in head
-
-
-def guess_gpu(device: str) -> str:
-    """A GPU preset name from a CUDA device name ('NVIDIA A100-SXM4-80GB' -> 'a100-80gb'), else lower-case."""
-    name = device.strip().lower().removeprefix("nvidia").strip()
-    words = name.replace(" ", "-").split("-")
-    for count in range(len(words), 0, -1):
-        gpu = lookup_gpu("-".join(words[:count]))
-        if gpu:
-            return gpu.name
-    return canonical_gpu(name)
 
 
 def import_log(path: Path) -> ImportResult:

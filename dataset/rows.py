@@ -1,8 +1,8 @@
 """Row builders for the three tables (with derived FLOP/byte counts), and row validation.
 
 FLOP and byte conventions (documented in docs/dataset.md), with e = dtype bytes:
-- gemm out[b,m,n] = a[b,m,k] @ b[b,k,n]: flops 2*b*m*n*k, bytes e*b*(m*k + k*n + m*n) (same for
-  either direction; a backward row times one of the two gradient GEMMs of that shape).
+- gemm out[b,m,n] = a[b,m,k] @ b[b,k,n]: fwd flops 2*b*m*n*k, bytes e*b*(m*k + k*n + m*n); bwd (both
+  gradient GEMMs, dA and dB) flops 4*b*m*n*k, bytes e*b*(2*m*k + 2*k*n + m*n).
 - attention (causal, k = head_dim): fwd flops 2*b*h*s*s*d (half of the full 4*b*h*s^2*d), bytes
   e*4*b*h*s*d (q, k, v, out); bwd flops 2x fwd, bytes e*8*b*h*s*d.
 - norm / softmax / elementwise / embedding over N = num_elements: bytes e*N*io where io = 2 in the
@@ -43,6 +43,18 @@ def canonical_gpu(name: str) -> str:
     return gpu.name if gpu else str(name).strip().lower()
 
 
+def guess_gpu(device: str) -> str:
+    """A GPU preset name from a device name ('NVIDIA A100-SXM4-80GB' -> 'a100-80gb', 'NVIDIA H200' ->
+    'h200'), trying ever shorter dash-joined word prefixes; else the name lower-case."""
+    name = device.strip().lower().removeprefix("nvidia").strip()
+    words = name.replace(" ", "-").split("-")
+    for count in range(len(words), 0, -1):
+        gpu = lookup_gpu("-".join(words[:count]))
+        if gpu:
+            return gpu.name
+    return name
+
+
 def kernel_row(source: str, gpu: str, dtype: str, op_class: str, op_name: str, direction: str, time_s: float,
                time_std_s: float = math.nan, repeats: int = 0, m: int = 0, n: int = 0, k: int = 0,
                batch: int = 0, heads: int = 0, seq: int = 0, num_elements: int = 0,
@@ -51,8 +63,9 @@ def kernel_row(source: str, gpu: str, dtype: str, op_class: str, op_name: str, d
     e = DTYPE_BYTES.get(dtype, 0)
     b = max(batch, 1)
     if op_class == "gemm":
-        flops = 2.0 * b * m * n * k
-        moved = float(e * b * (m * k + k * n + m * n))
+        both = 1 if direction == "fwd" else 2
+        flops = 2.0 * both * b * m * n * k
+        moved = float(e * b * (both * (m * k + k * n) + m * n))
     elif op_class == "attention":
         fwd = 2.0 * b * heads * seq * seq * k
         flops = fwd if direction == "fwd" else 2 * fwd

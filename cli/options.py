@@ -1,0 +1,75 @@
+"""Shared command-line options: every canonical config field as a flag (flags override files)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+ModelOpt = typer.Option(None, "--model", "-m", help="Model preset, e.g. gpt3-175b, llama2-70b, mt-nlg-530b.")
+GpuOpt = typer.Option(None, "--gpu", help="GPU preset: v100, a100-40gb, a100-80gb, h100-sxm, h200, b200, mi300x.")
+CheckpointOpt = typer.Option("default", "--checkpoint", "-c",
+                             help="Correction checkpoint: 'default' (shipped), a .npz path, or 'none' (analytical).")
+
+
+def config_overrides(**flags) -> dict:
+    """Canonical-field overrides from flag values (None = not given)."""
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+# The flag definitions for every canonical field, reused by commands that take a config.
+FIELD_OPTIONS = dict(
+    num_layers=typer.Option(None, "--num-layers", help="Transformer layers."),
+    hidden_size=typer.Option(None, "--hidden-size", help="Hidden size."),
+    num_attention_heads=typer.Option(None, "--num-attention-heads", "--heads", help="Attention heads."),
+    num_kv_heads=typer.Option(None, "--num-kv-heads", help="Key/value heads (GQA; default = heads)."),
+    ffn_hidden_size=typer.Option(None, "--ffn-hidden-size", help="MLP hidden size (default 4*hidden for gpt)."),
+    vocab_size=typer.Option(None, "--vocab-size", help="Vocabulary size (default 51200)."),
+    seq_len=typer.Option(None, "--seq-len", help="Sequence length in tokens."),
+    arch=typer.Option(None, "--arch", help="gpt (LayerNorm, GeLU) or llama (RMSNorm, SwiGLU, RoPE, GQA)."),
+    num_gpus=typer.Option(None, "--num-gpus", "-n", help="Total GPUs (= tp*pp*dp)."),
+    tp=typer.Option(None, "--tp", help="Tensor-parallel degree."),
+    pp=typer.Option(None, "--pp", help="Pipeline-parallel degree."),
+    dp=typer.Option(None, "--dp", help="Data-parallel degree (default num_gpus/(tp*pp))."),
+    micro_batch=typer.Option(None, "--micro-batch", help="Micro-batch size in sequences."),
+    global_batch=typer.Option(None, "--global-batch", help="Global batch size in sequences."),
+    sequence_parallel=typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron SP."),
+    recompute=typer.Option(None, "--recompute", help="Activation recomputation: none, selective, full."),
+    zero_stage=typer.Option(None, "--zero-stage", help="ZeRO stage 0-3 (1 = distributed optimizer)."),
+    schedule=typer.Option(None, "--schedule", help="Pipeline schedule: 1f1b, interleaved, gpipe."),
+    vpp=typer.Option(None, "--vpp", help="Virtual pipeline stages per GPU (interleaved)."),
+    overlap_grad_reduce=typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce",
+                                     help="Overlap DP gradient reduction with the backward pass."),
+    gpus_per_node=typer.Option(None, "--gpus-per-node", help="GPUs per node (default from the GPU preset)."),
+    intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),
+    inter_node_bw_Gbps=typer.Option(None, "--inter-node-bw-Gbps", help="NIC Gb/s per GPU."),
+    precision=typer.Option(None, "--precision", help="fp16, bf16 or fp8."),
+)
+FIELD_TYPES = dict(
+    num_layers=Optional[int], hidden_size=Optional[int], num_attention_heads=Optional[int],
+    num_kv_heads=Optional[int], ffn_hidden_size=Optional[int], vocab_size=Optional[int], seq_len=Optional[int],
+    arch=Optional[str], num_gpus=Optional[int], tp=Optional[int], pp=Optional[int], dp=Optional[int],
+    micro_batch=Optional[int], global_batch=Optional[int], sequence_parallel=Optional[bool],
+    recompute=Optional[str], zero_stage=Optional[int], schedule=Optional[str], vpp=Optional[int],
+    overlap_grad_reduce=Optional[bool], gpus_per_node=Optional[int], intra_node_bw_GBps=Optional[float],
+    inter_node_bw_Gbps=Optional[float], precision=Optional[str],
+)
+
+
+def with_field_options(func):
+    """Decorator: add every canonical field as a keyword-only flag to a typer command.
+    The command receives them in `**fields` (values None when not given)."""
+    import inspect
+
+    sig = inspect.signature(func)
+    params = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
+    for name, option in FIELD_OPTIONS.items():
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                                        annotation=FIELD_TYPES[name]))
+
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper

@@ -1,0 +1,141 @@
+"""`vtrain predict`: one configuration's iteration time, throughput, MFU, memory and breakdown."""
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vtrain.cli.app import app
+from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
+
+BREAKDOWN_LABELS = {
+    "compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "dp_comm": "DP comm (exposed)",
+    "bubble": "pipeline bubble", "optimizer": "optimizer step", "overhead": "framework overhead",
+}
+
+
+def _fmt_time(seconds: float) -> str:
+    if seconds >= 1.0:
+        return f"{seconds:.3f} s"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def load_allreduce_table(path: Path) -> dict:
+    """A measured all-reduce table from a folder of vTrain LUT files (AR_GPU{n}_*_LUT)."""
+    import csv
+
+    import numpy as np
+
+    from vtrain.costmodel.errors import UserError
+
+    files = sorted(Path(path).glob("AR_GPU*_LUT")) if Path(path).is_dir() else []
+    if not files:
+        raise UserError(f"--allreduce-table: no AR_GPU<n>_*_LUT files in '{path}'; point it at a folder like "
+                        "../shared/data/vtrain/trace/a100")
+    groups, times, sizes = [], [], None
+    for f in files:
+        group = int(f.name.split("_")[1].removeprefix("GPU"))
+        with open(f, newline="", encoding="utf-8-sig") as fh:
+            rows = [r for r in csv.reader(fh) if r and r[0].strip().isdigit()]
+        s = np.array([float(r[0]) for r in rows])
+        t = np.array([float(r[-2]) * 1e-9 for r in rows])  # in-place time, ns -> s
+        if sizes is None:
+            sizes = s
+        groups.append(group)
+        times.append(np.interp(sizes, s, t))
+    order = np.argsort(groups)
+    return dict(sizes=sizes, times=np.array(times)[order], groups=[groups[i] for i in order])
+
+
+@app.command()
+@with_field_options
+def predict(
+    config: Optional[Path] = typer.Argument(None, help="Config file: TOML/JSON, a vTrain config JSON, or a "
+                                                        "Hugging Face config.json (model part)."),
+    model: Optional[str] = ModelOpt,
+    gpu: Optional[str] = GpuOpt,
+    checkpoint: str = CheckpointOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Also report days and cost to train this many "
+                                                                   "tokens (e.g. 300e9)."),
+    price_per_gpu_hour: float = typer.Option(0.0, "--price-per-gpu-hour", help="Price of one GPU-hour (any "
+                                                                                  "currency) for the cost estimate."),
+    allreduce_table: Optional[Path] = typer.Option(None, "--allreduce-table", help="Folder of measured all-reduce "
+                                                   "LUTs (vTrain AR_GPU<n>_*_LUT) used for intra-node all-reduce."),
+    **fields,
+):
+    """Predict one training iteration: time, tokens/s, MFU, memory per GPU and a breakdown."""
+    from vtrain.costmodel.config_files import resolve_config
+    from vtrain.costmodel.errors import UserError
+    from vtrain.costmodel.predictor import Predictor
+
+    if config is None and model is None and fields.get("num_layers") is None:
+        raise UserError("config: give a config file, --model PRESET, or the model fields (--num-layers ...); "
+                        "see `vtrain predict --help`")
+    overrides = config_overrides(gpu=gpu, **fields)
+    cfg = resolve_config(config, model, overrides)
+    table = load_allreduce_table(allreduce_table) if allreduce_table else None
+    predictor = Predictor.load(checkpoint, allreduce_table=table)
+    result = predictor.predict(cfg)
+    cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None
+    if price_per_gpu_hour < 0:
+        raise UserError(f"--price-per-gpu-hour: {price_per_gpu_hour} must be >= 0")
+    if tokens is not None and tokens <= 0:
+        raise UserError(f"--tokens: {tokens} must be positive, e.g. 300e9")
+
+    if as_json:
+        out = dict(
+            iteration_time_s=result.iteration_time_s, tokens_per_s=result.tokens_per_s, mfu=result.mfu,
+            memory_gib_per_gpu=result.memory_gib_per_gpu, gpu_memory_gib=result.gpu_memory_gib,
+            fits_memory=result.fits_memory, breakdown=result.breakdown, memory_breakdown_gib=result.memory_breakdown_gib,
+            model_flops_per_iteration=result.model_flops, num_parameters=cfg.model.num_parameters,
+            checkpoint=result.checkpoint, config=cfg.flat(),
+        )
+        if cost:
+            out.update(tokens=cost.tokens, iterations=cost.iterations, train_days=cost.train_days,
+                       gpu_hours=cost.gpu_hours, cost=cost.cost)
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return
+    _print_table(cfg, result, cost, price_per_gpu_hour)
+
+
+def _print_table(cfg, result, cost, price):
+    from rich.console import Console
+    from rich.table import Table
+
+    m, p, c = cfg.model, cfg.parallel, cfg.cluster
+    console = Console()
+    title = (f"{m.arch} {m.num_parameters / 1e9:.1f}B ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}) on "
+             f"{p.num_gpus} x {c.gpu} ({c.precision})")
+    strategy = (f"tp={p.tp} pp={p.pp} dp={p.dp} micro_batch={p.micro_batch} global_batch={p.global_batch} "
+                f"({p.num_micro_batches} micro-batches) schedule={p.schedule}"
+                + (f" vpp={p.vpp}" if p.vpp > 1 else "") + f" recompute={p.recompute} zero={p.zero_stage}"
+                + (" sp" if p.sequence_parallel else ""))
+    table = Table(title=title, caption=strategy + f"\ncheckpoint: {result.checkpoint}", show_header=False)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("iteration time", _fmt_time(result.iteration_time_s))
+    table.add_row("tokens/s", f"{result.tokens_per_s:,.0f}")
+    table.add_row("MFU", f"{result.mfu * 100:.1f} %")
+    fits = "[green]fits[/green]" if result.fits_memory else "[red]does NOT fit[/red]"
+    table.add_row("memory per GPU", f"{result.memory_gib_per_gpu:.1f} / {result.gpu_memory_gib:.0f} GiB ({fits})")
+    table.add_section()
+    for key, seconds in result.breakdown.items():
+        if key == "overhead" and seconds == 0:
+            continue
+        share = seconds / result.iteration_time_s * 100
+        table.add_row(f"  {BREAKDOWN_LABELS[key]}", f"{_fmt_time(seconds)}  ({share:4.1f} %)")
+    table.add_section()
+    for key, gib in result.memory_breakdown_gib.items():
+        table.add_row(f"  memory: {key}", f"{gib:.2f} GiB")
+    if cost:
+        table.add_section()
+        table.add_row(f"training {cost.tokens:.3g} tokens", f"{cost.train_days:,.1f} days")
+        table.add_row("GPU-hours", f"{cost.gpu_hours:,.0f}")
+        if price:
+            table.add_row("cost", f"{cost.cost:,.0f} (at {price}/GPU-hour)")
+    console.print(table)
+    if not result.fits_memory:
+        console.print("[yellow]warning:[/yellow] this configuration exceeds GPU memory; try recompute=selective/"
+                      "full, a larger tp/pp, zero_stage>=1 or a smaller micro_batch.")

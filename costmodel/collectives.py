@@ -1,0 +1,60 @@
+"""Collective communication times with an alpha-beta model on a two-tier network.
+
+Tier 1: NVLink inside a node (bandwidth per GPU per direction, bytes/s).
+Tier 2: InfiniBand/Ethernet across nodes (NIC bandwidth per GPU, bytes/s). Groups that span
+nodes run at the slower tier's bandwidth; every concurrent group uses its own NICs.
+Sizes follow the nccl-tests convention: all-gather = output bytes, reduce-scatter = input bytes.
+All functions are pure array code (`xp` = numpy or jax.numpy); times in seconds.
+"""
+from __future__ import annotations
+
+from vtrain.costmodel.correction import collective_adjustment
+
+BASE_BW_EFFICIENCY = 0.75  # achieved bus bandwidth / link bandwidth (nccl-tests on DGX A100: ~0.7-0.8)
+ALPHA_INTRA = 6e-6  # s per ring step inside a node
+ALPHA_INTER = 12e-6  # s per ring step across nodes
+
+
+def link(group, ranks_per_node, net: dict, xp):
+    """(bandwidth in bytes/s, per-step latency in s, crosses_node 0/1) for a group of `group` ranks
+    of which `ranks_per_node` share a node."""
+    crosses = xp.where(group > ranks_per_node, 1.0, 0.0)
+    bw = xp.where(crosses > 0, xp.minimum(net["intra_bw"], net["inter_bw"]), net["intra_bw"])
+    alpha = xp.where(crosses > 0, ALPHA_INTER, ALPHA_INTRA)
+    return bw, alpha, crosses
+
+
+def collective_time(op_name: str, size_bytes, group, ranks_per_node, net: dict, correction, xp):
+    """Time of one collective of `size_bytes` over `group` ranks (0 when group == 1)."""
+    group = group * 1.0
+    bw, alpha, crosses = link(group, ranks_per_node, net, xp)
+    bw_eff, latency_mult = collective_adjustment(correction, op_name, size_bytes, group, crosses, bw,
+                                                 BASE_BW_EFFICIENCY, xp)
+    eff_bw = bw * bw_eff
+    alpha = alpha * latency_mult
+    steps = group - 1.0
+    frac = steps / xp.maximum(group, 1.0)
+    if op_name == "all_reduce":
+        ring = 2.0 * frac * size_bytes / eff_bw + 2.0 * steps * alpha
+        tree = 2.0 * size_bytes / eff_bw + 2.0 * xp.log2(xp.maximum(group, 1.0)) * alpha
+        t = xp.minimum(ring, tree)
+    elif op_name in ("all_gather", "reduce_scatter", "all_to_all"):
+        t = frac * size_bytes / eff_bw + steps * alpha
+    elif op_name == "send_recv":
+        t = size_bytes / eff_bw + alpha
+        return t  # point-to-point between two ranks: no group-size factor
+    else:
+        raise ValueError(f"unknown collective {op_name}")
+    return xp.where(group > 1.0, t, 0.0)
+
+
+def lut_allreduce_time(size_bytes, group, table: dict, xp):
+    """All-reduce time from a measured table: table["sizes"] [S] bytes (ascending),
+    table["times"] [G, S] seconds for group sizes table["groups"] [G]. Linear interpolation in
+    size; below/above the measured range, scaled by the nearest point's time per byte plus its latency."""
+    sizes, times, groups = table["sizes"], table["times"], table["groups"]
+    per_group = xp.stack([xp.interp(size_bytes, sizes, times[i]) for i in range(len(groups))], axis=0)
+    beyond = size_bytes > sizes[-1]
+    per_group = xp.where(beyond, per_group * (size_bytes / sizes[-1]), per_group)
+    pick = xp.stack([xp.where(group == g, 1.0, 0.0) for g in groups], axis=0)
+    return xp.sum(per_group * pick, axis=0)

@@ -1,0 +1,110 @@
+"""The learned correction's forward pass, in plain array code (numpy or jax.numpy).
+
+The correction never predicts raw times. It outputs bounded adjustments to the analytical
+model's own parameters:
+- per op class, an efficiency in (0, 1] relative to the roofline time,
+  eff = sigmoid(logit(base_eff) + mlp(features));
+- per collective, a bandwidth efficiency in (0, 1] and a latency multiplier exp(mlp) in [1/8, 8];
+- a global log-time factor for what op sums miss (overlap slowdown, framework overhead),
+  and a per-micro-batch framework overhead in seconds.
+Every MLP's last layer is initialised to zero, so an untrained correction equals the analytical
+model. Parameters are nested dicts of arrays in flax's layout ({"Dense_0": {"kernel", "bias"}, ...}),
+so the same weights run here without importing JAX.
+"""
+from __future__ import annotations
+
+OP_CLASSES = ("gemm", "attention", "softmax", "norm", "elementwise", "embedding")
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def mlp_apply(params: dict, x, xp):
+    """Dense layers with tanh between them; `x` is [..., features] -> [..., outputs]."""
+    names = sorted(params, key=lambda name: int(name.split("_")[-1]))
+    for i, name in enumerate(names):
+        x = x @ params[name]["kernel"] + params[name]["bias"]
+        if i < len(names) - 1:
+            x = xp.tanh(x)
+    return x
+
+
+def _log2(x, xp):
+    return xp.log2(xp.maximum(x, 1.0))
+
+
+def op_features(op: dict, hw: dict, xp):
+    """Features of an op for the efficiency network: log2 shape, work and hardware descriptors."""
+    intensity = op["flops"] / xp.maximum(op["bytes"], 1.0)
+    cols = [
+        _log2(op["m"], xp), _log2(op["n"], xp), _log2(op["k"], xp), _log2(op["batch"], xp),
+        _log2(op["flops"], xp) - 30.0, _log2(op["bytes"], xp) - 20.0, xp.log2(xp.maximum(intensity, 1e-3)),
+        xp.log2(hw["peak_flops"]) - 40.0, xp.log2(hw["hbm_bw"]) - 40.0,
+    ]
+    return xp.stack([c * xp.ones_like(op["flops"]) for c in cols], axis=-1) / 8.0
+
+
+N_OP_FEATURES = 9
+
+
+def collective_features(op_index: int, size_bytes, group, crosses_node, link_bw, xp):
+    """Features of a collective: log2 size and group, tier, link bandwidth, op one-hot."""
+    one = xp.ones_like(size_bytes * 1.0)
+    cols = [(_log2(size_bytes, xp) - 20.0) / 8.0, _log2(group, xp) / 4.0, crosses_node * one,
+            (xp.log2(link_bw) - 35.0) / 4.0]
+    cols += [one * (1.0 if i == op_index else 0.0) for i in range(len(COLLECTIVE_OPS))]
+    return xp.stack([c * one for c in cols], axis=-1)
+
+
+N_COLLECTIVE_FEATURES = 4 + len(COLLECTIVE_OPS)
+
+
+def _logit(p, xp):
+    return xp.log(p) - xp.log1p(-p)
+
+
+def _sigmoid(x, xp):
+    return 1.0 / (1.0 + xp.exp(-x))
+
+
+def op_efficiency(correction: dict | None, op: dict, base_eff: float, hw: dict, xp):
+    """Efficiency in (0, 1] of `op` relative to its roofline time."""
+    if correction is None or op["cls"] not in correction.get("ops", {}):
+        return base_eff
+    raw = mlp_apply(correction["ops"][op["cls"]], op_features(op, hw, xp), xp)[..., 0]
+    return _sigmoid(_logit(base_eff, xp) + raw, xp)
+
+
+def collective_adjustment(correction: dict | None, op_name: str, size_bytes, group, crosses_node, link_bw,
+                          base_bw_eff: float, xp):
+    """(bandwidth efficiency in (0, 1], latency multiplier in [1/8, 8]) for one collective."""
+    if correction is None or "collectives" not in correction:
+        return base_bw_eff, 1.0
+    feats = collective_features(COLLECTIVE_OPS.index(op_name), size_bytes, group, crosses_node, link_bw, xp)
+    raw = mlp_apply(correction["collectives"], feats, xp)
+    bw_eff = _sigmoid(_logit(base_bw_eff, xp) + raw[..., 0], xp)
+    latency_mult = xp.exp(2.0794 * xp.tanh(raw[..., 1]))  # 2.0794 = ln 8
+    return bw_eff, latency_mult
+
+
+def run_features(d: dict, xp):
+    """Features of a whole configuration for the global term."""
+    cols = [_log2(d["tp"], xp), _log2(d["pp"], xp), _log2(d["dp"], xp), _log2(d["micro_batch"], xp),
+            _log2(d["num_micro_batches"], xp), _log2(d["hidden"], xp) - 12.0, _log2(d["seq"], xp) - 11.0,
+            _log2(d["layers"] / d["pp"], xp), d["recompute"] / 2.0, d["sp"] * 1.0,
+            xp.where(d["tp"] > d["gpus_per_node"], 1.0, 0.0)]
+    one = xp.ones_like(d["tp"] * 1.0)
+    return xp.stack([c * one for c in cols], axis=-1) / 4.0
+
+
+N_RUN_FEATURES = 11
+OVERHEAD_INIT_BIAS = -8.0
+
+
+def global_adjustment(correction: dict | None, d: dict, xp):
+    """(multiplicative time factor, framework overhead per micro-batch in seconds)."""
+    if correction is None or "global" not in correction:
+        return 1.0, 0.0
+    raw = mlp_apply(correction["global"], run_features(d, xp), xp)
+    factor = xp.exp(0.5 * xp.tanh(raw[..., 0]))  # within [0.61, 1.65]
+    # The output bias starts at OVERHEAD_INIT_BIAS, i.e. ~0.3 microseconds: effectively zero.
+    overhead = 1e-3 * xp.exp(xp.clip(raw[..., 1], -20.0, 5.0))
+    return factor, overhead

@@ -1,0 +1,80 @@
+"""Per-GPU memory in bytes: weights, gradients, optimizer states, activations, logits.
+
+Mixed-precision Adam as in Megatron-LM: 16-bit weights (2 B/param), gradients in 16 bits for
+fp16 and fp32 for bf16/fp8 (2 or 4 B/param), fp32 master weights + Adam moments (12 B/param).
+ZeRO stage 1 (distributed optimizer) shards optimizer states over DP, stage 2 also gradients,
+stage 3 also weights. Activations per layer follow Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models"), generalized to any FFN width and to Llama blocks.
+Pure array code.
+"""
+from __future__ import annotations
+
+from vtrain.costmodel.ops import ACT_BYTES
+
+FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
+
+
+def activation_bytes_per_layer(d: dict, xp):
+    """Bytes of activations one layer stores for one micro-batch on one GPU (no recompute),
+    and the part that selective recompute drops (the s^2 attention tensors)."""
+    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
+    llama, gpt = d["llama"], 1.0 - d["llama"]
+    sbh = s * b * h
+    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    # Replicated across TP ranks unless SP: norm inputs (2 x 2sbh), inputs of the column-parallel
+    # GEMMs (2 x 2sbh), dropout masks (2 x sbh, GPT only).
+    replicated = 8.0 * sbh + gpt * 2.0 * sbh
+    # Split by TP: Q, K, V, attention output and MLP intermediates.
+    kv_frac = kv / a
+    attn_split = 2.0 * sbh * (1.0 + 2.0 * kv_frac) + 2.0 * sbh  # Q, K, V + context (out-proj input)
+    mlp_split = gpt * 4.0 * s * b * f + gpt * s * b * h * 0.0 + llama * 8.0 * s * b * f
+    scores = gpt * 5.0 * a * s * s * b  # softmax out (2), dropout mask (1), dropout out (2)
+    flash = llama * 4.0 * s * b * a  # logsumexp statistics in fp32
+    split = attn_split + mlp_split + scores + flash
+    full = replicated / sp_div + split / tp
+    return full, scores / tp
+
+
+def _states(params, d, xp) -> tuple:
+    """(weights, gradients, optimizer) bytes for `params` parameters on one GPU."""
+    zero, dp = d["zero_stage"], d["dp"]
+    weights = ACT_BYTES * params / xp.where(zero >= 3, dp, 1.0)
+    grads = d["grad_bytes"] * params / xp.where(zero >= 2, dp, 1.0)
+    optimizer = 12.0 * params / xp.where(zero >= 1, dp, 1.0)
+    return weights, grads, optimizer
+
+
+def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> dict:
+    """Peak bytes per GPU on the most loaded pipeline stage: the first (embedding, most in-flight
+    micro-batches) or the last (output layer, fp32 logits of one micro-batch)."""
+    tp, pp = d["tp"], d["pp"]
+    single = pp <= 1
+    layers_per_stage = d["layers"] / pp
+    # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
+    # pp > 1), a separate matrix for Llama; plus the final norm.
+    head_params = xp.where(single, d["llama"], 1.0) * embedding_params + 2.0 * d["hidden"]
+    params_first = (layers_per_stage * layer_params + embedding_params + xp.where(single, head_params, 0.0)) / tp
+    params_last = (layers_per_stage * layer_params + head_params) / tp
+
+    per_layer, attention_scores = activation_bytes_per_layer(d, xp)
+    sbh = d["seq"] * d["micro_batch"] * d["hidden"]
+    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
+    stored = xp.where(d["recompute"] >= 2, stored_full_recompute,
+                      xp.where(d["recompute"] >= 1, per_layer - attention_scores, per_layer))
+    # Full recompute still materializes one layer's activations during its backward pass.
+    working = xp.where(d["recompute"] >= 2, per_layer, 0.0)
+    # fp32 logits and their gradient for one micro-batch
+    logits = 2.0 * 4.0 * d["seq"] * d["micro_batch"] * d["vocab"] / tp
+
+    def stage(params, micro_batches, logits_bytes):
+        weights, grads, optimizer = _states(params, d, xp)
+        activations = layers_per_stage * stored * micro_batches + working
+        total = weights + grads + optimizer + activations + logits_bytes + FRAMEWORK_BYTES
+        return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations,
+                    logits=logits_bytes + 0.0 * total, framework=FRAMEWORK_BYTES + 0.0 * total, total=total)
+
+    first = stage(params_first, in_flight, xp.where(single, logits, 0.0))
+    last = stage(params_last, 1.0, logits)
+    use_last = (~single) & (last["total"] > first["total"])
+    return {key: xp.where(use_last, last[key], first[key]) for key in first}

@@ -1,0 +1,154 @@
+"""The operator graph of one transformer layer (and the first/last-stage extras), per micro-batch.
+
+Every function here is pure array code: arguments are arrays (or scalars) of shape [N] holding
+one value per configuration, and `xp` is numpy or jax.numpy. An op is a dict with:
+  name, cls  (gemm | attention | softmax | norm | elementwise | embedding),
+  flops      (FLOP executed on one GPU),
+  bytes      (bytes moved to/from HBM at minimum, one GPU),
+  m, n, k, batch (GEMM shape, out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]; 1 for non-GEMMs),
+  kernels    (kernel launches).
+Shapes are per GPU: tensor-parallel sharding is already applied.
+"""
+from __future__ import annotations
+
+ACT_BYTES = 2.0  # activations in fp16/bf16 (fp8 runs keep bf16 activations)
+
+
+def gemm(name, m, n, k, batch=1.0, elt_bytes=ACT_BYTES, cls="gemm"):
+    """A (batched) GEMM out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]."""
+    flops = 2.0 * batch * m * n * k
+    bytes_ = elt_bytes * batch * (m * k + k * n + m * n)
+    return dict(name=name, cls=cls, flops=flops, bytes=bytes_, m=m, n=n, k=k, batch=batch, kernels=1.0)
+
+
+def memory_op(name, cls, elements, reads=1.0, writes=1.0, flops_per_elt=1.0, kernels=1.0, elt_bytes=ACT_BYTES):
+    """A bandwidth-bound op touching `elements` values (reads+writes passes over them)."""
+    one = elements * 0.0 + 1.0
+    return dict(name=name, cls=cls, flops=flops_per_elt * elements, bytes=elt_bytes * elements * (reads + writes),
+                m=elements, n=one, k=one, batch=one, kernels=kernels * one)
+
+
+def layer_forward_ops(d: dict, xp) -> list[dict]:
+    """Forward ops of one transformer layer for one micro-batch on one GPU.
+
+    `d` holds arrays: hidden, heads, kv_heads, ffn, seq, micro_batch, tp, sp (0/1), llama (0/1).
+    GPT: LayerNorm, unfused Megatron attention (QK^T, scale-mask-softmax, dropout, PV), GeLU MLP,
+    bias-dropout-add. Llama: RMSNorm, RoPE, FlashAttention (causal), SwiGLU MLP, residual adds.
+    """
+    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
+    llama, gpt = d["llama"], 1.0 - d["llama"]
+    head_dim = h / a
+    tokens = b * s
+    # Regions outside the TP-split GEMMs (norms, dropouts, residuals) are split by TP only with SP.
+    sp_tokens = tokens / xp.where(d["sp"] > 0, tp, 1.0)
+    heads_tp = a / tp
+    kv_tp = xp.maximum(kv / tp, 1.0)
+    qkv_n = (heads_tp + 2.0 * kv_tp) * head_dim
+    mlp_n = ffn_tp = f / tp
+    up_n = mlp_n * (1.0 + llama)  # SwiGLU computes gate and up projections together
+
+    ops = [
+        memory_op("input_norm", "norm", sp_tokens * h, reads=1.0, writes=1.0, flops_per_elt=5.0),
+        gemm("qkv_proj", tokens, qkv_n, h),
+        # RoPE on Q and K (Llama only: zero elements for GPT)
+        memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim, flops_per_elt=3.0),
+        # GPT: explicit score and context batched GEMMs over (batch*heads)
+        gemm("attn_scores", s * gpt + llama, s * gpt + llama, head_dim, batch=b * heads_tp * gpt + llama * 0.0,
+             cls="attention"),
+        memory_op("attn_softmax", "softmax", gpt * b * heads_tp * s * s, flops_per_elt=5.0),
+        memory_op("attn_dropout", "elementwise", gpt * b * heads_tp * s * s, reads=1.0, writes=1.5),
+        gemm("attn_context", s * gpt + llama, head_dim, s * gpt + llama, batch=b * heads_tp * gpt + llama * 0.0,
+             cls="attention"),
+        # Llama: fused causal FlashAttention (half the s^2 work is masked out and skipped)
+        dict(name="flash_attention", cls="attention", flops=llama * 2.0 * b * heads_tp * s * s * head_dim,
+             bytes=llama * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim,
+             m=s, n=s, k=head_dim, batch=llama * b * heads_tp + gpt, kernels=llama),
+        gemm("attn_out_proj", tokens, h, h / tp),
+        memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt),
+        memory_op("post_attn_norm", "norm", sp_tokens * h, flops_per_elt=5.0),
+        gemm("mlp_up_proj", tokens, up_n, h),
+        memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0, flops_per_elt=8.0),
+        gemm("mlp_down_proj", tokens, h, ffn_tp),
+        memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt),
+    ]
+    return ops
+
+
+def backward_ops(fwd_ops: list[dict], xp) -> list[dict]:
+    """Backward ops: each GEMM becomes a data-gradient and a weight-gradient GEMM of the same size;
+    attention costs 2x (5/2x for FlashAttention, which recomputes scores); bandwidth-bound ops
+    read the saved input and incoming gradient and write the outgoing gradient (about 1.5x)."""
+    out = []
+    for op in fwd_ops:
+        if op["cls"] == "gemm":
+            m, n, k, b = op["m"], op["n"], op["k"], op["batch"]
+            out.append(gemm(op["name"] + ".dgrad", m, k, n, batch=b))
+            out.append(gemm(op["name"] + ".wgrad", k, n, m, batch=b))
+        elif op["cls"] == "attention":
+            scale = 2.5 if op["name"] == "flash_attention" else 2.0
+            out.append({**op, "name": op["name"] + ".bwd", "flops": scale * op["flops"], "bytes": 2.0 * op["bytes"],
+                        "kernels": 2.0 * op["kernels"]})
+        else:
+            out.append({**op, "name": op["name"] + ".bwd", "flops": 1.5 * op["flops"], "bytes": 1.5 * op["bytes"]})
+    return out
+
+
+SELECTIVE_RECOMPUTE_OPS = ("attn_scores", "attn_softmax", "attn_dropout", "attn_context", "flash_attention")
+
+
+def recompute_ops(fwd_ops: list[dict], recompute, xp) -> list[dict]:
+    """Ops re-run in the backward pass: all of them for full recompute (mode 2), the attention
+    core for selective recompute (mode 1), none for mode 0. Costs are masked, not dropped, so the
+    list has a fixed length (needed under jax.jit)."""
+    full = xp.where(recompute >= 2, 1.0, 0.0)
+    selective = xp.where(recompute >= 1, 1.0, 0.0)
+    out = []
+    for op in fwd_ops:
+        mask = selective if op["name"] in SELECTIVE_RECOMPUTE_OPS else full
+        out.append({**op, "name": op["name"] + ".recompute", "flops": op["flops"] * mask,
+                    "bytes": op["bytes"] * mask, "kernels": op["kernels"] * mask})
+    return out
+
+
+def embedding_ops(d: dict, xp) -> list[dict]:
+    """First stage: token (+ learned position for GPT) embedding lookup, forward."""
+    tokens = d["micro_batch"] * d["seq"]
+    return [memory_op("embedding", "embedding", tokens * d["hidden"], reads=1.0 + (1.0 - d["llama"]), writes=1.0)]
+
+
+def head_ops(d: dict, xp) -> list[dict]:
+    """Last stage: final norm, vocabulary-parallel logits GEMM and the softmax cross-entropy, forward."""
+    tokens = d["micro_batch"] * d["seq"]
+    sp_tokens = tokens / xp.where(d["sp"] > 0, d["tp"], 1.0)
+    vocab_tp = d["vocab"] / d["tp"]
+    return [
+        memory_op("final_norm", "norm", sp_tokens * d["hidden"], flops_per_elt=5.0),
+        gemm("logits", tokens, vocab_tp, d["hidden"]),
+        # cross-entropy in fp32 over the logits shard: max, exp-sum, log, gradient
+        memory_op("cross_entropy", "softmax", tokens * vocab_tp, reads=2.0, writes=1.0, flops_per_elt=6.0,
+                  kernels=4.0, elt_bytes=4.0),
+    ]
+
+
+def layer_parameters(d: dict) -> object:
+    """Parameters of one transformer layer (all TP ranks together)."""
+    h, a, kv, f, llama = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["llama"]
+    head_dim = h / a
+    attn = 2.0 * h * h + 2.0 * h * kv * head_dim
+    mlp = (2.0 + llama) * h * f
+    norms_biases = (1.0 - llama) * (4.0 * h + 4.0 * h + f) + llama * 2.0 * h
+    return attn + mlp + norms_biases
+
+
+def embedding_parameters(d: dict) -> object:
+    """Input embedding (+ learned positions for GPT)."""
+    return d["vocab"] * d["hidden"] + (1.0 - d["llama"]) * d["seq"] * d["hidden"]
+
+
+def model_flops_per_micro_batch(d: dict, xp) -> object:
+    """Useful model FLOP (forward + backward, no recompute) of one micro-batch across all GPUs
+    of one pipeline (all TP ranks, all stages): the MFU numerator."""
+    one = dict(d, tp=d["tp"] * 0.0 + 1.0, sp=d["sp"] * 0.0)
+    fwd = sum(op["flops"] for op in layer_forward_ops(one, xp) if op["cls"] in ("gemm", "attention"))
+    head = 2.0 * d["micro_batch"] * d["seq"] * d["vocab"] * d["hidden"]
+    return 3.0 * (d["layers"] * fwd + head)

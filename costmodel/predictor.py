@@ -1,0 +1,109 @@
+"""The combined predictor: the analytical simulator plus an optional learned correction.
+
+    predictor = Predictor.load("default")          # shipped checkpoint ("none": analytical)
+    result = predictor.predict(config)             # -> Prediction
+    arrays = predictor.simulate(encode(configs))   # batched, numpy
+
+Times in seconds, memory in GiB (2**30 bytes) in `Prediction`, bytes in raw simulator output.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from vtrain.costmodel import checkpoint as ckpt
+from vtrain.costmodel.encode import encode
+from vtrain.costmodel.simulator import BREAKDOWN_KEYS, simulate
+from vtrain.costmodel.spec import TrainConfig
+
+GiB = 1024.0**3
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class TrainingCost:
+    """Cost of training on `tokens` tokens: wall-clock days, GPU-hours and money (price * GPU-hours)."""
+
+    tokens: float
+    iterations: float
+    train_days: float
+    gpu_hours: float
+    cost: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One configuration's predicted iteration. Seconds, tokens/s, GiB per GPU."""
+
+    config: TrainConfig
+    iteration_time_s: float
+    tokens_per_s: float
+    mfu: float
+    memory_gib_per_gpu: float
+    fits_memory: bool
+    breakdown: dict[str, float]
+    memory_breakdown_gib: dict[str, float]
+    model_flops: float
+    checkpoint: str = "none"
+    gpu_memory_gib: float = 0.0
+
+    def training_cost(self, tokens: float, price_per_gpu_hour: float = 0.0) -> TrainingCost:
+        iterations = tokens / self.config.tokens_per_iteration
+        seconds = iterations * self.iteration_time_s
+        gpu_hours = seconds / 3600.0 * self.config.parallel.num_gpus
+        return TrainingCost(tokens=tokens, iterations=iterations, train_days=seconds / SECONDS_PER_DAY,
+                            gpu_hours=gpu_hours, cost=gpu_hours * price_per_gpu_hour)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["config"] = self.config.flat()
+        return out
+
+
+@dataclass
+class Predictor:
+    """Simulator + correction parameters (None = purely analytical)."""
+
+    correction: dict | None = None
+    metadata: dict = field(default_factory=dict)
+    name: str = "none"
+    allreduce_table: dict | None = None
+
+    @classmethod
+    def load(cls, checkpoint: str | None = ckpt.DEFAULT_NAME, allreduce_table: dict | None = None) -> "Predictor":
+        """'none'/None: analytical; a name or a .npz path: that checkpoint."""
+        if checkpoint is None or str(checkpoint).lower() in ("none", "analytical", ""):
+            return cls(None, {}, "none", allreduce_table)
+        params, meta = ckpt.load(checkpoint)
+        return cls(params, meta, str(checkpoint), allreduce_table)
+
+    def simulate(self, d: dict, xp=np) -> dict:
+        """Raw simulator output for an encoded batch (see simulator.simulate)."""
+        return simulate(d, self.correction, xp=xp, allreduce_table=self.allreduce_table)
+
+    def predict_many(self, configs: list[TrainConfig]) -> list[Prediction]:
+        if not configs:
+            return []
+        d = encode(configs)
+        out = self.simulate(d)
+        results = []
+        for i, config in enumerate(configs):
+            results.append(Prediction(
+                config=config,
+                iteration_time_s=float(out["iteration_time_s"][i]),
+                tokens_per_s=float(out["tokens_per_s"][i]),
+                mfu=float(out["mfu"][i]),
+                memory_gib_per_gpu=float(out["memory"]["total"][i]) / GiB,
+                fits_memory=bool(out["fits_memory"][i]),
+                breakdown={k: float(np.broadcast_to(out["breakdown"][k], d["tp"].shape)[i]) for k in BREAKDOWN_KEYS},
+                memory_breakdown_gib={k: float(np.broadcast_to(v, d["tp"].shape)[i]) / GiB
+                                      for k, v in out["memory"].items() if k != "total"},
+                model_flops=float(out["model_flops"][i]),
+                checkpoint=self.name,
+                gpu_memory_gib=float(d["hbm_bytes"][i]) / GiB,
+            ))
+        return results
+
+    def predict(self, config: TrainConfig) -> Prediction:
+        return self.predict_many([config])[0]
