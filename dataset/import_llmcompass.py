@@ -1,7 +1,7 @@
 """LLMCompass (PrincetonUniversity/LLMCompass) real-hardware CSVs, all without a header row.
 
 matmul_<GPU>.csv: M, N, K, latency ('0.1900ms'), throughput -> gemm m=M n=N k=K batch=1.
-softmax_/layernorm_<GPU>.csv: M, N, throughput (G elements/s) -> time = M*N / (thr*1e9).
+softmax_/layernorm_<GPU>.csv: M rows of N, throughput (G elements/s) -> m=M, n=N, time = M*N / (thr*1e9).
 gelu_<GPU>.csv: elements, throughput (G elements/s). All fp16, forward.
 A100 -> a100-80gb; other names lower-case (mi210). transformer*_A100.csv (12 per-op latencies
 without shapes) are recognized but not imported: each row is rejected with that reason.
@@ -43,11 +43,12 @@ def import_file(path: Path) -> ImportResult:
                 rows.append(kernel_row(source, gpu, "fp16", "gemm", "matmul", "fwd", float(cells[3][:-2]) * 1e-3,
                                        m=m, n=n, k=k, batch=1))
                 continue
-            elements = int(cells[0]) * (int(cells[1]) if ncols == 3 else 1)
+            m, n = (int(cells[0]), int(cells[1])) if ncols == 3 else (0, 0)
+            elements = m * n if ncols == 3 else int(cells[0])
             rate = float(cells[ncols - 1]) * 1e9
         except ValueError:
             rejected.append("non-numeric value")
             continue
         time_s = elements / rate if rate > 0 else -1.0
-        rows.append(kernel_row(source, gpu, "fp16", op_class, kind, "fwd", time_s, num_elements=elements))
+        rows.append(kernel_row(source, gpu, "fp16", op_class, kind, "fwd", time_s, m=m, n=n, num_elements=elements))
     return ImportResult(str(path), fmt, {"kernels": to_frame(rows, "kernels")}, rejected)

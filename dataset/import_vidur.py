@@ -11,6 +11,7 @@ mlp.csv (one row per (num_tokens, tp)), with h = n_embd, d = h / n_head, f = n_e
   add            elementwise tokens*h (io 3)
   attn_rope      elementwise tokens*(n_head + n_kv_head)*d/tp
   emb            embedding tokens*h
+Non-GEMM ops also record m = tokens, n = row width (e.g. h), so num_elements = m*n.
 GPU from the folder: a100 -> a100-80gb, h100 -> h100-sxm, a40 -> a40.
 """
 from __future__ import annotations
@@ -70,12 +71,13 @@ def _mlp_shapes(r: dict) -> dict:
         "attn_post_proj": (gemm, dict(m=tokens, k=h // tp, n=h, batch=1), None),
         "mlp_up_proj": (gemm, dict(m=tokens, k=h, n=(2 if gated else 1) * f // tp, batch=1), None),
         "mlp_down_proj": (gemm, dict(m=tokens, k=f // tp, n=h, batch=1), None),
-        "input_layernorm": ("norm", dict(num_elements=tokens * h), None),
-        "post_attention_layernorm": ("norm", dict(num_elements=tokens * h), None),
-        "mlp_act": ("elementwise", dict(num_elements=tokens * f // tp), 3 if gated else 2),
-        "add": ("elementwise", dict(num_elements=tokens * h), 3),
-        "attn_rope": ("elementwise", dict(num_elements=tokens * (heads + kv) * d // tp), None),
-        "emb": ("embedding", dict(num_elements=tokens * h), None),
+        "input_layernorm": ("norm", dict(m=tokens, n=h, num_elements=tokens * h), None),
+        "post_attention_layernorm": ("norm", dict(m=tokens, n=h, num_elements=tokens * h), None),
+        "mlp_act": ("elementwise", dict(m=tokens, n=f // tp, num_elements=tokens * f // tp), 3 if gated else 2),
+        "add": ("elementwise", dict(m=tokens, n=h, num_elements=tokens * h), 3),
+        "attn_rope": ("elementwise", dict(m=tokens, n=(heads + kv) * d // tp, num_elements=tokens * (heads + kv) * d // tp),
+                      None),
+        "emb": ("embedding", dict(m=tokens, n=h, num_elements=tokens * h), None),
     }
 
 

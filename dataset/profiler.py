@@ -124,13 +124,13 @@ def _ops(s: LayerShape) -> list[tuple[str, str, callable, list[tuple], dict]]:
     ops.append(("attention", "causal_attention", _attention, [qshape] * 3,
                 dict(batch=batch, heads=heads // t, seq=seq, k=d)))
     if gated:
-        ops.append(("norm", "rmsnorm", _rmsnorm, [(m, h), (h,)], dict(num_elements=m * h)))
-        ops.append(("elementwise", "silu", jax.nn.silu, [(m, f // t)], dict(num_elements=m * f // t)))
+        ops.append(("norm", "rmsnorm", _rmsnorm, [(m, h), (h,)], dict(m=m, n=h, num_elements=m * h)))
+        ops.append(("elementwise", "silu", jax.nn.silu, [(m, f // t)], dict(m=m, n=f // t, num_elements=m * f // t)))
     else:
-        ops.append(("norm", "layernorm", _layernorm, [(m, h), (h,), (h,)], dict(num_elements=m * h)))
-        ops.append(("elementwise", "gelu", jax.nn.gelu, [(m, f // t)], dict(num_elements=m * f // t)))
+        ops.append(("norm", "layernorm", _layernorm, [(m, h), (h,), (h,)], dict(m=m, n=h, num_elements=m * h)))
+        ops.append(("elementwise", "gelu", jax.nn.gelu, [(m, f // t)], dict(m=m, n=f // t, num_elements=m * f // t)))
     ops.append(("softmax", "softmax", lambda x: jax.nn.softmax(x, axis=-1), [(batch, heads // t, seq, seq)],
-                dict(num_elements=batch * heads // t * seq * seq)))
+                dict(m=batch * heads // t * seq, n=seq, num_elements=batch * heads // t * seq * seq)))
     return ops
 
 

@@ -64,7 +64,8 @@ KERNELS = pa.schema(
         _field("op_class", pa.string(), doc="gemm|attention|norm|elementwise|softmax|embedding"),
         _field("op_name", pa.string(), doc="the source's op name"),
         _field("direction", pa.string(), doc="fwd|bwd"),
-        _field("m", pa.int64(), doc="gemm: out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]; 0 if n/a"),
+        _field("m", pa.int64(), doc="gemm: out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]; norm/softmax/"
+               "elementwise: m rows of width n when known; 0 if n/a"),
         _field("n", pa.int64()),
         _field("k", pa.int64()),
         _field("batch", pa.int64(), doc="gemm batch / attention batch; 0 if n/a"),
