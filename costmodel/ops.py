@@ -52,6 +52,8 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
         gemm("qkv_proj", tokens, qkv_n, h),
         # RoPE on Q and K (Llama only: zero elements for GPT)
         memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim, flops_per_elt=3.0),
+        # GPT: Q/K/V and context reshaped between [s, b, heads, d] and [b*heads, s, d] (copies)
+        memory_op("attn_layout", "elementwise", gpt * tokens * (qkv_n + h / tp), kernels=4.0, flops_per_elt=0.0),
         # GPT: explicit score and context batched GEMMs over (batch*heads)
         gemm("attn_scores", s * gpt + llama, s * gpt + llama, head_dim, batch=b * heads_tp * gpt + llama * 0.0,
              cls="attention"),
@@ -64,12 +66,14 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
              bytes=llama * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim,
              m=s, n=s, k=head_dim, batch=llama * b * heads_tp + gpt, kernels=llama),
         gemm("attn_out_proj", tokens, h, h / tp),
-        memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt),
+        memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
+                  kernels=1.0 + gpt),
         memory_op("post_attn_norm", "norm", sp_tokens * h, flops_per_elt=5.0),
         gemm("mlp_up_proj", tokens, up_n, h),
         memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0, flops_per_elt=8.0),
         gemm("mlp_down_proj", tokens, h, ffn_tp),
-        memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt),
+        memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
+                  kernels=1.0 + gpt),
     ]
     return ops
 

@@ -29,7 +29,7 @@ BASE_EFFICIENCY = {
     "elementwise": 0.70,
     "embedding": 0.50,
 }
-LAUNCH_OVERHEAD_S = 4e-6  # per kernel (CUDA launch + framework dispatch, seconds)
+LAUNCH_OVERHEAD_S = 8e-6  # per kernel (CUDA launch + eager-framework dispatch, seconds)
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
 BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "overhead")
