@@ -12,18 +12,20 @@ from vtrain.dataset.rows import check_rows
 
 
 def test_tiny_profile_on_cpu():
-    shapes = layer_shapes(tiny=True, tokens=(32,), tp=(1, 2))
+    shapes = layer_shapes(tiny=True, tokens=(32,), tp=(2,))
     kernels, collectives = profile(shapes, device="cpu", repeats=2, progress=False)
     assert len(collectives) == 0  # one CPU device
     good, reasons = check_rows("kernels", kernels)
-    assert reasons == [] and len(good) == len(kernels) == 2 * 8 * 2
+    assert reasons == [] and len(good) == len(kernels) == 2 * 8
     assert set(kernels["op_class"]) == {"gemm", "attention", "norm", "elementwise", "softmax"}
-    assert (kernels.groupby(["op_name", "direction"]).size() == 2).all()
+    assert (kernels.groupby(["op_name", "direction"]).size() == 1).all() and len(kernels.groupby("op_name")) == 8
     assert set(kernels["gpu"]) == {"cpu"} and set(kernels["dtype"]) == {"fp32"} and set(kernels["repeats"]) == {2}
-    qkv = kernels[(kernels.op_name == "qkv") & (kernels.direction == "fwd")].sort_values("n")
-    # tiny layer: h=64, 4 heads -> qkv n = 3*64/tp
-    assert qkv["n"].tolist() == [96, 192] and (qkv["m"] == 32).all() and (qkv["k"] == 64).all()
-    assert (qkv["flops"] == 2 * qkv["m"] * qkv["n"] * qkv["k"]).all()
+    qkv = kernels[kernels.op_name == "qkv"].set_index("direction")
+    # tiny layer: h=64, 4 heads, tp=2 -> qkv n = 3*64/2
+    assert (qkv.loc["fwd", "m"], qkv.loc["fwd", "n"], qkv.loc["fwd", "k"]) == (32, 96, 64)
+    assert qkv.loc["fwd", "flops"] == 2 * 32 * 96 * 64 and qkv.loc["bwd", "flops"] == 2 * qkv.loc["fwd", "flops"]
+    attn = kernels[kernels.op_class == "attention"].iloc[0]
+    assert (attn["heads"], attn["seq"], attn["k"], attn["batch"]) == (2, 32, 16, 1)
 
 
 def test_llama_preset_shapes_and_bad_tp():
