@@ -39,5 +39,15 @@ def predict(config: TrainConfig | str | dict, checkpoint: str | None = "default"
     return get_predictor(checkpoint).predict(config)
 
 
+def forecast(jobs, checkpoint: str | None = "default", devices=None, price_per_gpu_hour: float | None = None):
+    """Forecast a table of jobs (a pandas DataFrame, one job per row in canonical column names or a
+    'model' preset column; optional 'tokens' and 'price_per_gpu_hour'). Returns a copy with
+    iteration_time_s, tokens_per_s, mfu, memory_gib_per_gpu, fits_memory, (train_days, gpu_hours,
+    cost) and error columns. `devices="all"` shards the rows over all local JAX devices."""
+    from vtrain.costmodel.forecast import forecast_frame
+
+    return forecast_frame(jobs, checkpoint=checkpoint, devices=devices, price_per_gpu_hour=price_per_gpu_hour)
+
+
 __all__ = ["ConfigError", "Prediction", "Predictor", "TrainConfig", "TrainingCost", "UserError", "build_config",
-           "get_predictor", "load_config", "predict"]
+           "forecast", "get_predictor", "load_config", "predict"]
