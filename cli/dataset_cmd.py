@@ -59,8 +59,8 @@ def import_cmd(
         reasons = "; ".join(f"{reason} ({n})" for reason, n in Counter(r.rejected).most_common(3)) or r.note
         report.add_row(r.file, r.format, str(new), str(r.rows - new), str(len(r.rejected)), reasons)
     Console(width=200).print(report)
-    total = ", ".join(f"{table} +{n}" for table, n in written.items() if n) or "nothing new"
-    typer.echo(f"wrote {total} rows to {output}")
+    total = ", ".join(f"{table} +{n}" for table, n in written.items() if n)
+    typer.echo(f"wrote {total} rows to {output}" if total else f"nothing new to write to {output}")
 
 
 @dataset_app.command("info")
