@@ -41,6 +41,7 @@ ERROR_COLUMN = "error"
 TOKENS_COLUMN, PRICE_COLUMN, TEAM_COLUMN = "tokens", "price_per_gpu_hour", "team"
 LABEL_COLUMNS = ("job", "job_id", "name", "id")
 DEFAULT_CHUNK_ROWS = 65536
+CSV_BLOCK_BYTES = 1 << 22  # CSV read granularity: 4 MiB blocks (~50k rows of a typical job table)
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
@@ -113,6 +114,7 @@ class ShardedEvaluator:
         with self.jax.enable_x64(True):
             arrays = {k: self.jax.device_put(v, self.sharding) for k, v in padded.items()}
             out = self._fn(arrays)
+            self.last_device_count = len(out["iteration_time_s"].sharding.device_set)
             return {k: np.asarray(v)[:n] for k, v in out.items()}
 
 
@@ -341,7 +343,7 @@ def iter_input(path: Path, chunk_rows: int):
         return pf.metadata.num_rows, pf.schema_arrow.names, pf.iter_batches(batch_size=chunk_rows)
     import pyarrow.csv as pcsv
 
-    block = 1 << 22  # 4 MiB blocks (~50k rows of a typical job table)
+    block = CSV_BLOCK_BYTES
     try:
         names, types, rows = _csv_types(path, block)
     except pa.ArrowInvalid as err:
