@@ -43,7 +43,3 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()

@@ -140,7 +140,8 @@ def layer_parameters(d: dict) -> object:
     head_dim = h / a
     attn = 2.0 * h * h + 2.0 * h * kv * head_dim
     mlp = (2.0 + llama) * h * f
-    norms_biases = (1.0 - llama) * (4.0 * h + 4.0 * h + f) + llama * 2.0 * h
+    # GPT: two LayerNorms (4h), QKV/out-proj biases (4h), fc1/fc2 biases (f + h); Llama: two RMSNorms
+    norms_biases = (1.0 - llama) * (9.0 * h + f) + llama * 2.0 * h
     return attn + mlp + norms_biases
 
 

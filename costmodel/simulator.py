@@ -35,13 +35,18 @@ ADAM_KERNELS = 8.0
 BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "overhead")
 
 
+def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
+    """Seconds the op's kernels run on the GPU: roofline time / efficiency (no launch overhead)."""
+    roofline = xp.maximum(op["flops"] / peak_flops, op["bytes"] / hbm_bw)
+    hw = dict(peak_flops=peak_flops, hbm_bw=hbm_bw)
+    return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
+
+
 def op_time(op: dict, hw: dict, correction, xp):
-    """Seconds for one op on one GPU."""
+    """Seconds for one op on one GPU, including kernel launch overhead."""
     peak = hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"]
-    roofline = xp.maximum(op["flops"] / peak, op["bytes"] / hw["hbm_bw"])
-    eff = op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], dict(hw, peak_flops=peak), xp)
     launches = op["kernels"] * xp.where(op["bytes"] > 0, 1.0, 0.0)
-    return roofline / eff + launches * LAUNCH_OVERHEAD_S
+    return kernel_time(op, peak, hw["hbm_bw"], correction, xp) + launches * LAUNCH_OVERHEAD_S
 
 
 def ops_time(op_list: list[dict], hw: dict, correction, xp):

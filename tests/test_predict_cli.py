@@ -1,0 +1,76 @@
+"""`vtrain predict` end to end, through a fresh interpreter like a user's shell."""
+import json
+
+import pytest
+
+from vtrain import load_config, predict
+
+REQUIRED_KEYS = {"iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory", "breakdown"}
+
+
+def test_json_output_has_the_documented_keys(cli, tmp_path):
+    result = cli("predict", "examples/gpt3-175b.toml", "--json", "--checkpoint", "none",
+                 "--tokens", "300e9", "--price-per-gpu-hour", "2.5")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert REQUIRED_KEYS <= out.keys()
+    assert set(out["breakdown"]) >= {"compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer"}
+    assert sum(out["breakdown"].values()) == pytest.approx(out["iteration_time_s"])
+    # cost = GPU-hours * price, GPU-hours = days * 24 * GPUs
+    assert out["cost"] == pytest.approx(out["gpu_hours"] * 2.5)
+    assert out["gpu_hours"] == pytest.approx(out["train_days"] * 24 * 1024)
+    # consistent with the Python API
+    api = predict(load_config("examples/gpt3-175b.toml"), checkpoint="none")
+    assert out["iteration_time_s"] == pytest.approx(api.iteration_time_s)
+    assert out["tokens_per_s"] == pytest.approx(api.tokens_per_s)
+
+
+def test_flags_override_the_file(cli):
+    base = json.loads(cli("predict", "examples/gpt3-175b.toml", "--json", "-c", "none").stdout)
+    more_pp = json.loads(cli("predict", "examples/gpt3-175b.toml", "--json", "-c", "none", "--pp", "32").stdout)
+    assert more_pp["config"]["pp"] == 32 and more_pp["config"]["dp"] == 4
+    assert more_pp["iteration_time_s"] != base["iteration_time_s"]
+
+
+def test_table_output_and_presets(cli):
+    result = cli("predict", "--model", "llama2-7b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "2",
+                 "--global-batch", "64", "-c", "none", "--tokens", "1e12")
+    assert result.returncode == 0, result.stderr
+    for word in ("iteration time", "MFU", "memory per GPU", "pipeline bubble", "days"):
+        assert word in result.stdout
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--model", "gpt3-175b", "--num-gpus", "100", "--tp", "8"], "num_gpus"),
+    (["--model", "gpt3-175b", "--tp", "7", "--num-gpus", "7"], "tp"),
+    (["--model", "gpt3-175b", "--gpu", "a200"], "gpu"),
+    (["--model", "not-a-model"], "model"),
+    (["missing-file.toml"], "config"),
+    (["--model", "llama2-7b", "--recompute", "half"], "recompute"),
+])
+def test_bad_input_is_one_line_exit_2_no_traceback(cli, args, field):
+    result = cli("predict", *args, "-c", "none")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and field in lines[0], result.stderr
+
+
+def test_corrupt_checkpoint_is_a_clear_error(cli, tmp_path):
+    bad = tmp_path / "broken.npz"
+    bad.write_bytes(b"not a zip file")
+    result = cli("predict", "examples/gpt3-175b.toml", "--checkpoint", str(bad))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "broken.npz" in result.stderr and "vtrain fit" in result.stderr
+
+
+def test_vtrain_config_file_front_door(cli, tmp_path):
+    path = tmp_path / "vtrain.json"
+    path.write_text(json.dumps({"num_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+                                "max_length": 1024, "tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+                                "data_parallel_size": 2, "micro_batch_size": 4, "global_batch_size": 32,
+                                "node_size": 8}))
+    result = cli("predict", path, "--json", "-c", "none")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["config"]["tp"] == 2 and out["config"]["recompute"] == "full"

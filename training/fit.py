@@ -1,0 +1,196 @@
+"""Training the correction: on kernels and collectives directly, and end to end through the
+differentiable simulator on measured iteration times.
+
+Loss: mean squared log error (relative error) per table, weighted and summed, plus a small L2
+penalty on the weights. Adam (optax), full batch, deterministic for a seed; early stopping on a
+held-out slice of the training rows; a rich progress bar shows the current loss.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vtrain.costmodel.collectives import collective_time
+from vtrain.costmodel.simulator import kernel_time, simulate
+from vtrain.training.measurements import CollectiveSet, KernelSet, take_collectives, take_kernels
+from vtrain.training.model import init_correction
+
+
+@dataclass
+class FitData:
+    """Everything one fit sees. `runs` is the simulator's input dict (or None), `run_times` seconds."""
+
+    runs: dict | None
+    run_times: np.ndarray | None
+    kernels: KernelSet | None
+    collectives: CollectiveSet | None
+    run_weights: np.ndarray | None = None  # relative weight per run row (default: equal)
+
+    def split(self, fraction: float, seed: int) -> tuple["FitData", "FitData"]:
+        """(train, validation): a random `fraction` of each table's rows held out."""
+        rng = np.random.default_rng(seed)
+
+        def masks(n):
+            hold = rng.random(n) < fraction
+            return ~hold, hold
+
+        runs_train = runs_val = None
+        times_train = times_val = w_train = w_val = None
+        if self.runs is not None:
+            keep, hold = masks(len(self.run_times))
+            runs_train = {k: v[keep] for k, v in self.runs.items()}
+            runs_val = {k: v[hold] for k, v in self.runs.items()}
+            times_train, times_val = self.run_times[keep], self.run_times[hold]
+            weights = self.run_weights if self.run_weights is not None else np.ones(len(self.run_times))
+            w_train, w_val = weights[keep], weights[hold]
+        k_train = k_val = c_train = c_val = None
+        if self.kernels is not None:
+            m = {c: masks(len(v["time"])) for c, v in self.kernels.by_class.items()}
+            k_train = take_kernels(self.kernels, {c: a for c, (a, _) in m.items()})
+            k_val = take_kernels(self.kernels, {c: b for c, (_, b) in m.items()})
+        if self.collectives is not None:
+            m = {o: masks(len(v["time"])) for o, v in self.collectives.by_op.items()}
+            c_train = take_collectives(self.collectives, {o: a for o, (a, _) in m.items()})
+            c_val = take_collectives(self.collectives, {o: b for o, (_, b) in m.items()})
+        return (FitData(runs_train, times_train, k_train, c_train, w_train),
+                FitData(runs_val, times_val, k_val, c_val, w_val))
+
+
+@dataclass
+class FitSettings:
+    steps: int = 2500
+    learning_rate: float = 3e-3
+    weight_decay: float = 1e-4
+    run_weight: float = 1.0
+    kernel_weight: float = 0.3
+    collective_weight: float = 0.3
+    validation_fraction: float = 0.1
+    eval_every: int = 50
+    patience: int = 8
+    seed: int = 0
+    progress: bool = True
+    label: str = "fit"
+
+
+@dataclass
+class FitResult:
+    params: dict
+    history: list = field(default_factory=list)  # (step, train loss, validation loss)
+    best_step: int = 0
+
+
+def _device_data(data: FitData) -> dict:
+    """The arrays of `data` as a pytree of float32 jax arrays (strings dropped)."""
+    out = {}
+    if data.runs is not None and len(data.run_times):
+        out["runs"] = {k: jnp.asarray(v, jnp.float32) for k, v in data.runs.items()}
+        out["run_times"] = jnp.asarray(data.run_times, jnp.float32)
+        weights = data.run_weights if data.run_weights is not None else np.ones(len(data.run_times))
+        out["run_weights"] = jnp.asarray(weights / weights.mean(), jnp.float32)
+    if data.kernels is not None:
+        out["kernels"] = {c: dict(op={k: jnp.asarray(a, jnp.float32) for k, a in v["op"].items() if k != "cls"},
+                                  peak=jnp.asarray(v["peak"], jnp.float32), hbm_bw=jnp.asarray(v["hbm_bw"], jnp.float32),
+                                  time=jnp.asarray(v["time"], jnp.float32))
+                          for c, v in data.kernels.by_class.items() if len(v["time"])}
+    if data.collectives is not None:
+        out["collectives"] = {o: {k: jnp.asarray(a, jnp.float32) for k, a in v.items() if k != "group_key"}
+                              for o, v in data.collectives.by_op.items() if len(v["time"])}
+    return out
+
+
+def _sq_log_err(pred, meas):
+    return jnp.square(jnp.log(pred) - jnp.log(meas))
+
+
+def loss_terms(params: dict, arrays: dict) -> dict:
+    """Mean squared log error per table (missing tables contribute 0)."""
+    terms = {}
+    if "runs" in arrays:
+        pred = simulate(arrays["runs"], params, xp=jnp)["iteration_time_s"]
+        terms["runs"] = jnp.mean(arrays["run_weights"] * _sq_log_err(pred, arrays["run_times"]))
+    if "kernels" in arrays:
+        errs = []
+        for cls, v in arrays["kernels"].items():
+            pred = kernel_time(dict(v["op"], cls=cls), v["peak"], v["hbm_bw"], params, jnp)
+            errs.append(_sq_log_err(pred, v["time"]))
+        terms["kernels"] = jnp.mean(jnp.concatenate(errs))
+    if "collectives" in arrays:
+        errs = []
+        for op, v in arrays["collectives"].items():
+            net = dict(intra_bw=v["intra_bw"], inter_bw=v["inter_bw"])
+            pred = collective_time(op, v["size"], v["group"], v["ranks_per_node"], net, params, jnp)
+            errs.append(_sq_log_err(pred, v["time"]))
+        terms["collectives"] = jnp.mean(jnp.concatenate(errs))
+    return terms
+
+
+def _total(terms: dict, settings: FitSettings) -> jnp.ndarray:
+    weights = dict(runs=settings.run_weight, kernels=settings.kernel_weight, collectives=settings.collective_weight)
+    return sum(weights[k] * v for k, v in terms.items())
+
+
+def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None = None) -> FitResult:
+    """Train correction parameters on `data`; returns the parameters with the best validation loss."""
+    train, val = data.split(settings.validation_fraction, settings.seed)
+    train_arrays, val_arrays = _device_data(train), _device_data(val)
+    params = init if init is not None else init_correction(settings.seed)
+    params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), params)
+    optimizer = optax.adamw(settings.learning_rate, weight_decay=settings.weight_decay)
+    opt_state = optimizer.init(params)
+
+    def objective(p, arrays):
+        return _total(loss_terms(p, arrays), settings)
+
+    @jax.jit
+    def step(p, state, arrays):
+        loss, grads = jax.value_and_grad(objective)(p, arrays)
+        updates, state = optimizer.update(grads, state, p)
+        return optax.apply_updates(p, updates), state, loss
+
+    evaluate = jax.jit(objective)
+    best = (float("inf"), params, 0)
+    history, stale = [], 0
+    progress = _progress(settings)
+    with progress:
+        task = progress.add_task(settings.label, total=settings.steps, loss=float("nan"))
+        for i in range(1, settings.steps + 1):
+            params, opt_state, loss = step(params, opt_state, train_arrays)
+            if i % settings.eval_every == 0 or i == settings.steps:
+                val_loss = float(evaluate(params, val_arrays)) if val_arrays else float(loss)
+                history.append((i, float(loss), val_loss))
+                progress.update(task, completed=i, loss=val_loss)
+                if val_loss < best[0] - 1e-6:
+                    best, stale = (val_loss, params, i), 0
+                else:
+                    stale += 1
+                    if stale >= settings.patience:
+                        break
+        progress.update(task, completed=settings.steps)
+    return FitResult(params=best[1], history=history, best_step=best[2])
+
+
+class _NoProgress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, *a, **k):
+        return 0
+
+    def update(self, *a, **k):
+        pass
+
+
+def _progress(settings: FitSettings):
+    if not settings.progress:
+        return _NoProgress()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("val loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), transient=False)
