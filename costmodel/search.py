@@ -1,0 +1,639 @@
+"""Strategy search: enumerate every valid parallelization strategy as arrays, drop those that do
+not fit in memory, evaluate the rest in one batched, jitted call of the combined predictor, and rank.
+
+    space = SearchSpace(num_gpus=3360)                       # or max_gpus=..., max_tp=16, ...
+    result = search(base_config, space, predictor, objective="cost", top=10)
+    result.top[0]["tp"], result.top[0]["iteration_time_s"]
+
+The strategy grid is built with numpy from the same validity rules as `spec.build_config`
+(tp divides heads and meets the kv-head rule, pp*vpp divides layers, dp*micro_batch divides the
+global batch, tp*pp*dp == num_gpus, interleaved needs pp > 1 and vpp > 1, ZeRO-3 only with pp == 1,
+sequence parallelism only with tp > 1 and tp dividing seq_len). Memory is checked in float64 numpy
+first (cheap); times come from `simulate` under `jax.jit` in float32, padded to a few fixed batch
+sizes so one search compiles once; the best candidates are then re-evaluated exactly in float64
+numpy, so reported figures equal `vtrain predict`'s.
+
+Gradient guidance (`guided_search`, `sensitivity`) uses derivatives of the same predictor with
+respect to relaxed, continuous log2-degrees (tp, pp, dp, micro_batch, vpp).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vtrain.costmodel import ops as opgraph
+from vtrain.costmodel.encode import config_row
+from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.hardware import lookup_gpu
+from vtrain.costmodel.memory import memory_per_gpu
+from vtrain.costmodel.pipeline import in_flight_micro_batches
+from vtrain.costmodel.simulator import BREAKDOWN_KEYS
+from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, TrainConfig, build_config
+
+GiB = 1024.0**3
+OBJECTIVES = ("time", "cost", "tokens-per-dollar")
+
+# Approximate on-demand cloud prices in US$ per GPU-hour (rough placeholders from public list prices
+# of 8-GPU instances in 2024-2025, divided by 8; real prices vary widely by provider, region and
+# commitment). Override with --price-per-gpu-hour.
+PRICE_PER_GPU_HOUR = {
+    "v100": 3.06,
+    "a100-40gb": 4.10,
+    "a100-80gb": 5.12,
+    "h100-sxm": 6.88,
+    "h200": 7.90,
+    "b200": 10.00,
+    "mi300x": 6.00,
+    "cpu": 0.05,
+}
+
+# Strategy fields (canonical names) held by a strategy table; enums as codes.
+STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
+                   "recompute", "sequence_parallel", "zero_stage")
+LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "dp_comm": "DP comm",
+                "bubble": "bubble", "optimizer": "optimizer", "overhead": "overhead"}
+BUCKETS = (32768,)  # padded batch size of the jitted evaluation (larger batches are chunked): one compile
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which strategies to consider. Exactly one of num_gpus / max_gpus. Lists restrict a knob
+    (None = every valid value); max_* cap a degree."""
+
+    num_gpus: int | None = None
+    max_gpus: int | None = None
+    min_gpus: int = 1
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_dp: int | None = None
+    max_micro_batch: int = 32
+    max_vpp: int | None = None
+    tp: tuple | None = None
+    pp: tuple | None = None
+    dp: tuple | None = None
+    micro_batch: tuple | None = None
+    vpp: tuple | None = None
+    recompute: tuple = RECOMPUTE_MODES
+    zero_stages: tuple = (0, 1, 2, 3)
+    schedules: tuple = ("1f1b", "interleaved")
+    sequence_parallel: tuple = (False, True)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _allowed(values, explicit, cap):
+    out = [v for v in values if (cap is None or v <= cap)]
+    if explicit is not None:
+        out = [v for v in out if v in set(explicit)]
+    return out
+
+
+def _tp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
+    heads, kv = cfg.model.num_attention_heads, cfg.model.num_kv_heads
+    ok = [t for t in _divisors(heads) if kv % t == 0 or t % kv == 0]
+    return _allowed(ok, space.tp, space.max_tp)
+
+
+def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
+    """[L, 3] valid (tp, pp, dp) triples (before micro-batch choices)."""
+    layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
+    tps = _tp_values(cfg, space)
+    pps = _allowed(_divisors(layers), space.pp, space.max_pp)
+    dps = _allowed(_divisors(batch), space.dp, space.max_dp)
+    rows = []
+    for t in tps:
+        for p in pps:
+            if space.num_gpus is not None:
+                if space.num_gpus % (t * p):
+                    continue
+                cand = [space.num_gpus // (t * p)]
+            else:
+                cand = [d for d in dps if space.min_gpus <= t * p * d <= space.max_gpus]
+            rows += [(t, p, d) for d in cand if d in dps]
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _cross(a: dict, b: dict) -> dict:
+    """Cartesian product of two column tables."""
+    na, nb = len(next(iter(a.values()))), len(next(iter(b.values())))
+    out = {k: np.repeat(v, nb) for k, v in a.items()}
+    out.update({k: np.tile(v, na) for k, v in b.items()})
+    return out
+
+
+def _mask(t: dict, keep) -> dict:
+    return {k: v[keep] for k, v in t.items()}
+
+
+def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.ndarray]:
+    """Every valid strategy for `cfg`'s model, cluster and global batch, as int64 column arrays
+    (STRATEGY_FIELDS; schedule/recompute as indices into spec.SCHEDULES/RECOMPUTE_MODES)."""
+    layers, seq, batch = cfg.model.num_layers, cfg.model.seq_len, cfg.parallel.global_batch
+    lay = _layouts(cfg, space)
+    t = dict(tp=lay[:, 0], pp=lay[:, 1], dp=lay[:, 2])
+    mbs = np.array(_allowed(_divisors(batch), space.micro_batch, space.max_micro_batch), dtype=np.int64)
+    t = _cross(t, dict(micro_batch=mbs))
+    t = _mask(t, (batch % (t["dp"] * t["micro_batch"])) == 0)
+    # pipeline schedule and virtual stages
+    sched_rows = []
+    for name in space.schedules:
+        code = SCHEDULES.index(name)
+        if name == "interleaved":
+            vpps = [v for v in _allowed(_divisors(layers), space.vpp, space.max_vpp) if v > 1]
+            sched_rows += [(code, v) for v in vpps]
+        else:
+            sched_rows.append((code, 1))
+    sched = np.array(sched_rows, dtype=np.int64).reshape(-1, 2)
+    t = _cross(t, dict(schedule=sched[:, 0], vpp=sched[:, 1]))
+    inter = t["schedule"] == SCHEDULES.index("interleaved")
+    t = _mask(t, (layers % (t["pp"] * t["vpp"]) == 0) & ~(inter & (t["pp"] == 1)))
+    # recompute x sequence parallel x ZeRO
+    cats = [(RECOMPUTE_MODES.index(r), int(s), z) for r in space.recompute for s in space.sequence_parallel
+            for z in space.zero_stages]
+    cat = np.array(cats, dtype=np.int64).reshape(-1, 3)
+    t = _cross(t, dict(recompute=cat[:, 0], sequence_parallel=cat[:, 1], zero_stage=cat[:, 2]))
+    sp = t["sequence_parallel"] > 0
+    keep = ~(sp & ((t["tp"] == 1) | (seq % t["tp"] != 0)))
+    keep &= ~((t["zero_stage"] == 3) & (t["pp"] > 1))
+    keep &= ~((t["zero_stage"] > 0) & (t["dp"] == 1) & (t["zero_stage"] != space.zero_stages[0]))  # no-op ZeRO
+    t = _mask(t, keep)
+    t["num_gpus"] = t["tp"] * t["pp"] * t["dp"]
+    t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
+    return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
+
+
+def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
+    """Canonical flat fields of strategy `i` on top of `cfg` (feed to spec.build_config)."""
+    flat = cfg.flat()
+    flat.update(tp=int(strategies["tp"][i]), pp=int(strategies["pp"][i]), dp=int(strategies["dp"][i]),
+                num_gpus=int(strategies["num_gpus"][i]), micro_batch=int(strategies["micro_batch"][i]),
+                vpp=int(strategies["vpp"][i]), schedule=SCHEDULES[int(strategies["schedule"][i])],
+                recompute=RECOMPUTE_MODES[int(strategies["recompute"][i])],
+                sequence_parallel=bool(strategies["sequence_parallel"][i]),
+                zero_stage=int(strategies["zero_stage"][i]))
+    return flat
+
+
+def encode_strategies(cfg: TrainConfig, strategies: dict, dtype=np.float64) -> dict[str, np.ndarray]:
+    """The simulator's input dict for every strategy: cfg's model and cluster, the strategy's layout."""
+    row = config_row(cfg)
+    n = len(strategies["tp"])
+    d = {k: np.full(n, float(v), dtype=dtype) for k, v in row.items()}
+    for key in ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule", "recompute",
+                "zero_stage"):
+        d[key] = strategies[key].astype(dtype)
+    d["sp"] = strategies["sequence_parallel"].astype(dtype)
+    return d
+
+
+def memory_bytes(d: dict) -> np.ndarray:
+    """Peak bytes per GPU (numpy, float64): the same composition as simulator.simulate's memory."""
+    in_flight = in_flight_micro_batches(d["num_micro_batches"], d["pp"], d["vpp"], d["schedule"], np)
+    mem = memory_per_gpu(d, in_flight, opgraph.layer_parameters(d), opgraph.embedding_parameters(d), np)
+    return np.asarray(mem["total"], dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------- batched JAX evaluation
+
+_COMPILED: dict = {}
+# XLA:CPU's fusion emitters make compiling the large derivative graphs slow (~10-20 s); the classic
+# emitters compile them in ~3 s with the same results.
+_GRAD_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+
+
+def enable_compilation_cache() -> None:
+    """Persist XLA executables across processes (VTRAIN_JAX_CACHE=dir, or '0' to disable)."""
+    import jax
+
+    path = os.environ.get("VTRAIN_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "vtrain", "jax"))
+    if path in ("", "0", "off"):
+        return
+    try:
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except Exception:  # an older/newer jax without these options: just no persistent cache
+        pass
+
+
+def _compiled(kind: str, n: int, predictor, build, example_args, options=None):
+    import jax
+
+    corr = predictor.correction
+    key = (kind, n, jax.tree_util.tree_structure(corr), id(predictor.allreduce_table))
+    fn = _COMPILED.get(key)
+    if fn is None:
+        lowered = jax.jit(build(predictor.allreduce_table)).lower(corr, *example_args)
+        fn = lowered.compile(compiler_options=options) if options else lowered.compile()
+        _COMPILED[key] = fn
+    return fn
+
+
+def _forward_builder(table):
+    import jax.numpy as jnp
+
+    from vtrain.costmodel.simulator import simulate
+
+    def run(corr, d):
+        out = simulate(d, corr, xp=jnp, allreduce_table=table)
+        one = jnp.ones_like(d["tp"])
+        return dict(iteration_time_s=out["iteration_time_s"] * one, mfu=out["mfu"] * one,
+                    memory=out["memory"]["total"] * one,
+                    **{f"bd_{k}": out["breakdown"][k] * one for k in BREAKDOWN_KEYS})
+    return run
+
+
+def _pad(d: dict, n: int) -> dict:
+    m = len(next(iter(d.values())))
+    if m == n:
+        return d
+    return {k: np.concatenate([v, np.repeat(v[:1], n - m, axis=0)]) for k, v in d.items()}
+
+
+def _bucket(n: int) -> int:
+    for b in BUCKETS:
+        if n <= b:
+            return b
+    return BUCKETS[-1]
+
+
+def evaluate(predictor, d: dict) -> dict[str, np.ndarray]:
+    """Batched, jitted `simulate` (float32) on an encoded dict; returns numpy arrays (iteration_time_s,
+    mfu, memory, bd_<component>). Batches are padded to BUCKETS sizes and chunked, so compiling
+    happens at most once per bucket size per process."""
+    import jax.numpy as jnp
+
+    n = len(d["tp"])
+    chunk = _bucket(n)
+    parts = []
+    for start in range(0, n, chunk):
+        piece = {k: v[start:start + chunk] for k, v in d.items()}
+        m = len(piece["tp"])
+        padded = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in _pad(piece, chunk).items()}
+        fn = _compiled("forward", chunk, predictor, _forward_builder, (padded,))
+        out = fn(predictor.correction, padded)
+        parts.append({k: np.asarray(v)[:m].astype(np.float64) for k, v in out.items()})
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+# ----------------------------------------------------------------------------- ranking
+
+@dataclass
+class SearchResult:
+    """Ranked feasible strategies. `top` rows are plain dicts (exact float64 figures)."""
+
+    config: TrainConfig
+    objective: str
+    price_per_gpu_hour: float
+    tokens: float | None
+    top: list[dict]
+    num_enumerated: int
+    num_fit: int
+    num_evaluated: int
+    feasible: dict = field(default_factory=dict)  # strategy columns + time/cost of every fitting strategy
+    pareto: list[dict] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+    checkpoint: str = "none"
+    method: str = "enumeration"
+
+    @property
+    def cost_basis(self) -> str:
+        return f"for {self.tokens:.3g} tokens" if self.tokens else "per 1B tokens"
+
+
+def objective_key(objective: str, time_s, num_gpus, tokens_per_iteration):
+    """Smaller is better. time: iteration time; cost / tokens-per-dollar: GPU-seconds per token."""
+    if objective == "time":
+        return np.asarray(time_s, dtype=np.float64)
+    if objective in ("cost", "tokens-per-dollar"):
+        return np.asarray(time_s, dtype=np.float64) * num_gpus / tokens_per_iteration
+    raise UserError(f"--objective: '{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+
+
+def default_price(gpu: str) -> float:
+    spec = lookup_gpu(gpu)
+    return PRICE_PER_GPU_HOUR.get(spec.name if spec else gpu, 0.0)
+
+
+def _describe(cfg: TrainConfig, s: dict, i: int) -> str:
+    sched = SCHEDULES[int(s["schedule"][i])]
+    return (f"tp={s['tp'][i]} pp={s['pp'][i]} dp={s['dp'][i]} micro_batch={s['micro_batch'][i]}"
+            + (f" vpp={s['vpp'][i]}" if s["vpp"][i] > 1 else "") + (f" {sched}" if sched != "1f1b" else "")
+            + f" recompute={RECOMPUTE_MODES[int(s['recompute'][i])]} zero={s['zero_stage'][i]}"
+            + (" sp" if s["sequence_parallel"][i] else ""))
+
+
+def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
+    """One line on why no strategy is valid, with nearby GPU counts that work."""
+    m, batch = cfg.model, cfg.parallel.global_batch
+    gpus = f"{space.num_gpus} GPUs" if space.num_gpus is not None else f"{space.min_gpus}..{space.max_gpus} GPUs"
+    rule = (f"tp*pp*dp must equal the GPU count with tp dividing heads={m.num_attention_heads}"
+            f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp dividing layers={m.num_layers}"
+            f"{' (pp<=' + str(space.max_pp) + ')' if space.max_pp else ''} and dp dividing global_batch={batch}"
+            f"{' (dp<=' + str(space.max_dp) + ')' if space.max_dp else ''}")
+    hint = ""
+    if space.num_gpus is not None:
+        near = []
+        for delta in range(1, max(space.num_gpus, 8)):
+            for n in (space.num_gpus - delta, space.num_gpus + delta):
+                if n >= 1 and len(_layouts(cfg, SearchSpace(**{**space.__dict__, "num_gpus": n}))) and n not in near:
+                    near.append(n)
+            if len(near) >= 2:
+                break
+        if near:
+            hint = f"; try --num-gpus {' or '.join(str(n) for n in sorted(near))}"
+    return f"no valid strategy for {gpus}: {rule}{hint}"
+
+
+def candidates(cfg: TrainConfig, space: SearchSpace):
+    """(strategies, encoded float64 dict, memory bytes, fits mask) for every valid strategy.
+    Raises UserError with a one-line reason when none is valid or none fits."""
+    if space.num_gpus is not None and space.num_gpus <= 0:
+        raise UserError(f"--num-gpus: {space.num_gpus} must be a positive integer")
+    if space.max_gpus is not None and space.max_gpus <= 0:
+        raise UserError(f"--max-gpus: {space.max_gpus} must be a positive integer")
+    if (space.num_gpus is None) == (space.max_gpus is None):
+        raise UserError("search: give exactly one of --num-gpus N or --max-gpus N")
+    strategies = enumerate_strategies(cfg, space)
+    n = len(strategies["tp"])
+    if n == 0:
+        raise UserError(explain_no_strategy(cfg, space))
+    d = encode_strategies(cfg, strategies)
+    mem = memory_bytes(d)
+    fits = mem <= d["hbm_bytes"]
+    if not fits.any():
+        i = int(np.argmin(mem))
+        cap = d["hbm_bytes"][0] / GiB
+        raise UserError(
+            f"no strategy fits in {cap:.0f} GiB per GPU: the smallest needs {mem[i] / GiB:.1f} GiB "
+            f"({_describe(cfg, strategies, i)}, {strategies['num_gpus'][i]} GPUs); allow more GPUs, a larger "
+            f"--max-tp/--max-pp, a smaller --global-batch or --seq-len, or a GPU with more memory")
+    return strategies, d, mem, fits
+
+
+def pareto_front(time_s: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """Indices of the (time, cost) Pareto front (both minimised), ordered by time."""
+    order = np.lexsort((cost, time_s))
+    best = np.inf
+    keep = []
+    for i in order:
+        if cost[i] < best:
+            keep.append(i)
+            best = cost[i]
+    return np.array(keep, dtype=np.int64)
+
+
+def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: float, tokens: float | None) -> list[dict]:
+    """Float64 numpy re-evaluation of some strategies, with cost and limits, as dicts."""
+    sub = {k: v[index] for k, v in strategies.items()}
+    d = encode_strategies(cfg, sub)
+    out = predictor.simulate(d)
+    n = len(sub["tp"])
+    tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
+    rows = []
+    for j in range(n):
+        t = float(out["iteration_time_s"][j])
+        ngpu = int(sub["num_gpus"][j])
+        bd = {k: float(np.broadcast_to(out["breakdown"][k], (n,))[j]) for k in BREAKDOWN_KEYS}
+        non_compute = {k: v for k, v in bd.items() if k != "compute"}
+        lim = max(non_compute, key=non_compute.get)
+        mem = float(out["memory"]["total"][j])
+        cap = float(d["hbm_bytes"][j])
+        train_tokens = tokens if tokens else 1e9
+        gpu_hours = t * (train_tokens / tokens_per_iter) * ngpu / 3600.0
+        cost = gpu_hours * price
+        values = strategy_values(cfg, sub, j)
+        rows.append(dict(
+            tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), num_gpus=ngpu,
+            micro_batch=int(sub["micro_batch"][j]), num_micro_batches=int(sub["num_micro_batches"][j]),
+            vpp=int(sub["vpp"][j]), schedule=values["schedule"], recompute=values["recompute"],
+            sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
+            iteration_time_s=t, tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
+            memory_gib=mem / GiB, gpu_memory_gib=cap / GiB, memory_headroom_pct=100.0 * (1.0 - mem / cap),
+            fits_memory=bool(out["fits_memory"][j]), gpu_hours=gpu_hours, cost=cost,
+            train_days=t * (train_tokens / tokens_per_iter) / 86400.0,
+            tokens_per_dollar=(train_tokens / cost) if cost > 0 else float("inf"),
+            limiter=LIMIT_LABELS[lim], limiter_share_pct=100.0 * bd[lim] / t, breakdown=bd,
+            config=values,
+        ))
+    return rows
+
+
+def _rank(key: np.ndarray, mem: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Order (smaller key first; ties: less memory, then enumeration order)."""
+    return np.lexsort((index, mem, key))
+
+
+def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, times, objective, top, price, tokens,
+            method, timings) -> SearchResult:
+    tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
+    key = objective_key(objective, times, strategies["num_gpus"][evaluated_idx], tokens_per_iter)
+    order = evaluated_idx[_rank(key, mem[evaluated_idx], evaluated_idx)]
+    # Exact (float64) re-evaluation of the leaders; float32 ranks are within ~1e-6 of these.
+    shortlist = order[: max(4 * top, 64)]
+    rows = exact_rows(predictor, cfg, strategies, shortlist, price, tokens)
+    ekey = objective_key(objective, np.array([r["iteration_time_s"] for r in rows]),
+                         np.array([r["num_gpus"] for r in rows]), tokens_per_iter)
+    emem = np.array([r["memory_gib"] for r in rows])
+    rows = [rows[i] for i in _rank(ekey, emem, shortlist) if rows[i]["fits_memory"]]
+    # Hide exact ties that differ only in a dominated knob (same time and cost, more memory).
+    seen, shown = set(), []
+    for r in rows:
+        sig = (round(r["iteration_time_s"], 12), r["tp"], r["pp"], r["dp"], r["micro_batch"], r["vpp"],
+               r["recompute"], r["sequence_parallel"])
+        if sig in seen:
+            continue
+        seen.add(sig)
+        shown.append(r)
+    for rank, r in enumerate(shown, 1):
+        r["rank"] = rank
+    ngpu = strategies["num_gpus"][evaluated_idx].astype(np.float64)
+    train_tokens = tokens if tokens else 1e9
+    cost = times * (train_tokens / tokens_per_iter) * ngpu / 3600.0 * price
+    gpu_hours = times * (train_tokens / tokens_per_iter) * ngpu / 3600.0
+    front = pareto_front(times, gpu_hours)
+    pareto = [dict(iteration_time_s=float(times[i]), cost=float(cost[i]), gpu_hours=float(gpu_hours[i]),
+                   num_gpus=int(ngpu[i]), strategy=_describe(cfg, strategies, int(evaluated_idx[i]))) for i in front]
+    feasible = {k: v[evaluated_idx] for k, v in strategies.items()}
+    feasible.update(iteration_time_s=times, cost=cost, gpu_hours=gpu_hours)
+    return SearchResult(config=cfg, objective=objective, price_per_gpu_hour=price, tokens=tokens, top=shown[:top],
+                        num_enumerated=len(strategies["tp"]), num_fit=int(fits.sum()),
+                        num_evaluated=len(evaluated_idx), feasible=feasible, pareto=pareto, timings=timings,
+                        checkpoint=getattr(predictor, "name", "none"), method=method)
+
+
+def search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "time", top: int = 10,
+           price_per_gpu_hour: float | None = None, tokens: float | None = None) -> SearchResult:
+    """Full enumeration: every valid strategy that fits, evaluated in one batched jitted call."""
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective: '{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+    if top <= 0:
+        raise UserError(f"--top: {top} must be a positive integer")
+    price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
+    if price < 0:
+        raise UserError(f"--price-per-gpu-hour: {price} must be >= 0")
+    if tokens is not None and tokens <= 0:
+        raise UserError(f"--tokens: {tokens} must be positive, e.g. 300e9")
+    t0 = time.perf_counter()
+    strategies, d, mem, fits = candidates(cfg, space)
+    t1 = time.perf_counter()
+    idx = np.flatnonzero(fits)
+    out = evaluate(predictor, {k: v[idx] for k, v in d.items()})
+    t2 = time.perf_counter()
+    result = _finish(predictor, cfg, space, strategies, d, mem, fits, idx, out["iteration_time_s"], objective, top,
+                     price, tokens, "enumeration", {})
+    result.timings = dict(enumerate_s=t1 - t0, evaluate_s=t2 - t1, rank_s=time.perf_counter() - t2)
+    return result
+
+
+# ----------------------------------------------------------------------------- gradient guidance
+
+KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp")
+GRAD_CHUNK = 512  # padded batch size of the jitted gradient (one compile)
+PENALTY = 20.0  # weight of the memory overflow penalty (per unit of ln(memory / capacity))
+
+
+def _relaxed_builder(table):
+    """loss(corr, x, base, w): x [n, 5] log2 degrees (tp, pp, dp, micro_batch, vpp); base the encoded
+    constants; w [n, 4] (fixed_gpus_log2 or -1, cost weight, memory penalty, unused). Per-row loss =
+    ln(time) + w1 * ln(num_gpus) + w2 * relu(ln(memory / capacity)); returns (loss sum, (ln time, ln mem))."""
+    import jax
+    import jax.numpy as jnp
+
+    from vtrain.costmodel.simulator import simulate
+
+    def relaxed(corr, x, base, w):
+        tp, pp = 2.0 ** x[:, 0], 2.0 ** x[:, 1]
+        dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]), 2.0 ** x[:, 2])
+        mb, vpp = 2.0 ** x[:, 3], 2.0 ** x[:, 4]
+        d = dict(base, tp=tp, pp=pp, dp=dp, micro_batch=mb, vpp=vpp, num_gpus=tp * pp * dp,
+                 num_micro_batches=base["global_batch"] / (dp * mb))
+        out = simulate(d, corr, xp=jnp, allreduce_table=table)
+        ln_t = jnp.log(out["iteration_time_s"])
+        ln_mem = jnp.log(out["memory"]["total"] / d["hbm_bytes"])
+        loss = ln_t + w[:, 1] * jnp.log(d["num_gpus"]) + w[:, 2] * jax.nn.relu(ln_mem)
+        return jnp.sum(loss), (ln_t, ln_mem)
+
+    def run(corr, x, base, w):
+        (_, aux), g = jax.value_and_grad(relaxed, argnums=1, has_aux=True)(corr, x, base, w)
+        return g, aux[0], aux[1]
+    return run
+
+
+def relaxed_gradient(predictor, x: np.ndarray, base: dict, w: np.ndarray):
+    """(d loss / d x [n, 5], ln time [n], ln(memory/capacity) [n]) at relaxed points (jax.grad)."""
+    import jax.numpy as jnp
+
+    n = len(x)
+    gs, ts, ms = [], [], []
+    for start in range(0, n, GRAD_CHUNK):
+        xc, wc = x[start:start + GRAD_CHUNK], w[start:start + GRAD_CHUNK]
+        bc = {k: v[start:start + GRAD_CHUNK] for k, v in base.items()}
+        m = len(xc)
+        xs = jnp.asarray(_pad({"x": xc}, GRAD_CHUNK)["x"], dtype=jnp.float32)
+        ws = jnp.asarray(_pad({"w": wc}, GRAD_CHUNK)["w"], dtype=jnp.float32)
+        bs = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in _pad(bc, GRAD_CHUNK).items()}
+        fn = _compiled("relaxed", GRAD_CHUNK, predictor, _relaxed_builder, (xs, bs, ws), _GRAD_COMPILER_OPTIONS)
+        g, ln_t, ln_mem = fn(predictor.correction, xs, bs, ws)
+        gs.append(np.asarray(g)[:m].astype(np.float64))
+        ts.append(np.asarray(ln_t)[:m])
+        ms.append(np.asarray(ln_mem)[:m])
+    return np.concatenate(gs), np.concatenate(ts), np.concatenate(ms)
+
+
+def sensitivity(predictor, cfg: TrainConfig, row: dict) -> list[dict]:
+    """Which knob matters most at a strategy: elasticities d ln(time) / d ln(knob) from jax.grad of
+    the predictor with the degrees relaxed to continuous values (global batch fixed; num_gpus =
+    tp*pp*dp, so cost per token has elasticity time's + 1 for tp, pp, dp). Also the trades that
+    keep the GPU count fixed (raise one degree, lower another by the same factor)."""
+    strategies = {k: np.array([row[k] if k not in ("schedule", "recompute", "sequence_parallel")
+                               else (SCHEDULES.index(row[k]) if k == "schedule" else
+                                     RECOMPUTE_MODES.index(row[k]) if k == "recompute" else int(row[k]))])
+                  for k in STRATEGY_FIELDS}
+    base = encode_strategies(cfg, strategies)
+    x = np.log2(np.array([[row["tp"], row["pp"], row["dp"], row["micro_batch"], row["vpp"]]], dtype=np.float64))
+    w = np.array([[-1.0, 0.0, 0.0, 0.0]])
+    g, _, _ = relaxed_gradient(predictor, x, base, w)
+    e = g[0] / math.log(2.0)  # d ln T / d log2 k -> d ln T / d ln k
+    out = []
+    for i, knob in enumerate(KNOBS):
+        if knob == "vpp" and row["schedule"] != "interleaved":
+            continue
+        cost_e = e[i] + (1.0 if knob in ("tp", "pp", "dp") else 0.0)
+        out.append(dict(knob=knob, value=row[knob], time_elasticity=float(e[i]), cost_elasticity=float(cost_e),
+                        time_change_if_doubled_pct=100.0 * (2.0 ** e[i] - 1.0)))
+    for a, b in (("tp", "dp"), ("pp", "dp"), ("tp", "pp")):
+        ia, ib = KNOBS.index(a), KNOBS.index(b)
+        el = e[ia] - e[ib]
+        out.append(dict(knob=f"{a} up, {b} down (same GPUs)", value=f"{row[a]}/{row[b]}", time_elasticity=float(el),
+                        cost_elasticity=float(el), time_change_if_doubled_pct=100.0 * (2.0 ** el - 1.0)))
+    out.sort(key=lambda r: -abs(r["time_elasticity"]))
+    return out
+
+
+def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "time", top: int = 10,
+                  price_per_gpu_hour: float | None = None, tokens: float | None = None, steps: int = 40,
+                  radius: float = 1.0) -> SearchResult:
+    """Gradient-guided search: for each categorical combination (schedule, recompute, SP, ZeRO), run
+    projected sign-gradient descent on the relaxed log2 degrees (jax.grad of log time [+ log GPUs for
+    cost] + a memory-overflow penalty) from a 3x3 grid of starts, then evaluate exactly only the valid,
+    fitting strategies within `radius` (in log2 units) of where the descents ended."""
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective: '{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+    price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
+    t0 = time.perf_counter()
+    strategies, d, mem, fits = candidates(cfg, space)
+    logs = np.log2(np.stack([strategies[k] for k in KNOBS], axis=1).astype(np.float64))
+    cat = np.stack([strategies["schedule"], strategies["recompute"], strategies["sequence_parallel"],
+                    strategies["zero_stage"]], axis=1)
+    feasible = np.flatnonzero(fits)
+    combos, inverse = np.unique(cat[feasible], axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    fixed = math.log2(space.num_gpus) if space.num_gpus is not None else -1.0
+    cost_w = 0.0 if objective == "time" else 1.0
+    xs, lo, hi, owners, rows_base = [], [], [], [], []
+    for c in range(len(combos)):
+        members = feasible[inverse == c]
+        lo_c, hi_c = logs[members].min(axis=0), logs[members].max(axis=0)
+        mid = (lo_c + hi_c) / 2.0
+        for a in (lo_c[0], mid[0], hi_c[0]):
+            for b in (lo_c[1], mid[1], hi_c[1]):
+                start = mid.copy()
+                start[0], start[1] = a, b
+                xs.append(start)
+                lo.append(lo_c)
+                hi.append(hi_c)
+                owners.append(c)
+                rows_base.append(members[0])
+    x, lo, hi = np.array(xs), np.array(lo), np.array(hi)
+    base = {k: v[np.array(rows_base)] for k, v in d.items()}
+    w = np.tile(np.array([[fixed, cost_w, PENALTY, 0.0]]), (len(x), 1))
+    for step in range(steps):
+        g, _, _ = relaxed_gradient(predictor, x, base, w)
+        lr = 0.5 * (0.05 / 0.5) ** (step / max(steps - 1, 1))
+        x = np.clip(x - lr * np.sign(g), lo, hi)
+        if fixed >= 0:  # keep dp = N / (tp * pp) inside its range
+            x[:, 1] = np.clip(x[:, 1], fixed - x[:, 0] - hi[:, 2], fixed - x[:, 0] - lo[:, 2])
+            x[:, 2] = fixed - x[:, 0] - x[:, 1]
+    t1 = time.perf_counter()
+    # Exact evaluation of the neighbourhoods of the end points.
+    chosen = np.zeros(len(strategies["tp"]), dtype=bool)
+    dims = [0, 1, 2, 3]
+    for c in range(len(combos)):
+        members = feasible[inverse == c]
+        ends = x[np.array(owners) == c][:, dims]
+        dist = np.abs(logs[members][:, None, dims] - ends[None, :, :]).max(axis=2).min(axis=1)
+        chosen[members[dist <= radius + 1e-9]] = True
+    idx = np.flatnonzero(chosen)
+    out = evaluate(predictor, {k: v[idx] for k, v in d.items()})
+    t2 = time.perf_counter()
+    result = _finish(predictor, cfg, space, strategies, d, mem, fits, idx, out["iteration_time_s"], objective, top,
+                     price, tokens, "guided", {})
+    result.timings = dict(guide_s=t1 - t0, evaluate_s=t2 - t1, rank_s=time.perf_counter() - t2,
+                          descent_points=len(x), steps=steps)
+    return result
