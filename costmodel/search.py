@@ -202,9 +202,9 @@ def memory_bytes(d: dict) -> np.ndarray:
 # ----------------------------------------------------------------------------- batched JAX evaluation
 
 _COMPILED: dict = {}
-# XLA:CPU's fusion emitters make compiling the large derivative graphs slow (~10-20 s); the classic
-# emitters compile them in ~3 s with the same results.
-_GRAD_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# XLA:CPU's fusion emitters make compiling these large elementwise graphs slow (forward ~5 s, derivative
+# ~10-20 s on 2 cores); the classic emitters compile them in ~2-3 s and run them as fast.
+_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
 def enable_compilation_cache() -> None:
@@ -229,7 +229,10 @@ def _compiled(kind: str, n: int, predictor, build, example_args, options=None):
     fn = _COMPILED.get(key)
     if fn is None:
         lowered = jax.jit(build(predictor.allreduce_table)).lower(corr, *example_args)
-        fn = lowered.compile(compiler_options=options) if options else lowered.compile()
+        try:
+            fn = lowered.compile(compiler_options=options) if options else lowered.compile()
+        except Exception:  # an XLA without this option: default options
+            fn = lowered.compile()
         _COMPILED[key] = fn
     return fn
 
@@ -275,7 +278,7 @@ def evaluate(predictor, d: dict) -> dict[str, np.ndarray]:
         piece = {k: v[start:start + chunk] for k, v in d.items()}
         m = len(piece["tp"])
         padded = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in _pad(piece, chunk).items()}
-        fn = _compiled("forward", chunk, predictor, _forward_builder, (padded,))
+        fn = _compiled("forward", chunk, predictor, _forward_builder, (padded,), _COMPILER_OPTIONS)
         out = fn(predictor.correction, padded)
         parts.append({k: np.asarray(v)[:m].astype(np.float64) for k, v in out.items()})
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -538,7 +541,7 @@ def relaxed_gradient(predictor, x: np.ndarray, base: dict, w: np.ndarray):
         xs = jnp.asarray(_pad({"x": xc}, GRAD_CHUNK)["x"], dtype=jnp.float32)
         ws = jnp.asarray(_pad({"w": wc}, GRAD_CHUNK)["w"], dtype=jnp.float32)
         bs = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in _pad(bc, GRAD_CHUNK).items()}
-        fn = _compiled("relaxed", GRAD_CHUNK, predictor, _relaxed_builder, (xs, bs, ws), _GRAD_COMPILER_OPTIONS)
+        fn = _compiled("relaxed", GRAD_CHUNK, predictor, _relaxed_builder, (xs, bs, ws), _COMPILER_OPTIONS)
         g, ln_t, ln_mem = fn(predictor.correction, xs, bs, ws)
         gs.append(np.asarray(g)[:m].astype(np.float64))
         ts.append(np.asarray(ln_t)[:m])
@@ -620,6 +623,10 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
         if fixed >= 0:  # keep dp = N / (tp * pp) inside its range
             x[:, 1] = np.clip(x[:, 1], fixed - x[:, 0] - hi[:, 2], fixed - x[:, 0] - lo[:, 2])
             x[:, 2] = fixed - x[:, 0] - x[:, 1]
+        elif space.max_gpus is not None:  # project onto tp*pp*dp <= max_gpus
+            for _ in range(3):
+                excess = np.maximum(x[:, 0] + x[:, 1] + x[:, 2] - math.log2(space.max_gpus), 0.0)
+                x[:, :3] = np.clip(x[:, :3] - excess[:, None] / 3.0, lo[:, :3], hi[:, :3])
     t1 = time.perf_counter()
     # Exact evaluation of the neighbourhoods of the end points.
     chosen = np.zeros(len(strategies["tp"]), dtype=bool)
@@ -627,12 +634,29 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     for c in range(len(combos)):
         members = feasible[inverse == c]
         ends = x[np.array(owners) == c][:, dims]
-        dist = np.abs(logs[members][:, None, dims] - ends[None, :, :]).max(axis=2).min(axis=1)
-        chosen[members[dist <= radius + 1e-9]] = True
-    idx = np.flatnonzero(chosen)
-    out = evaluate(predictor, {k: v[idx] for k, v in d.items()})
+        dist = np.abs(logs[members][:, None, dims] - ends[None, :, :]).max(axis=2)  # [members, ends]
+        chosen[members[dist.min(axis=1) <= radius + 1e-9]] = True
+        chosen[members[np.argmin(dist, axis=0)]] = True  # at least the nearest strategy to each end point
+    # Local refinement: evaluate every fitting strategy (any schedule, recompute, SP, ZeRO) within
+    # `radius` of the current leaders, until the leaders stop changing.
+    tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
+    times = np.full(len(strategies["tp"]), np.nan)
+    leaders_before = None
+    for _ in range(4):
+        todo = np.flatnonzero(chosen & np.isnan(times))
+        if len(todo):
+            times[todo] = evaluate(predictor, {k: v[todo] for k, v in d.items()})["iteration_time_s"]
+        idx = np.flatnonzero(~np.isnan(times))
+        key = objective_key(objective, times[idx], strategies["num_gpus"][idx], tokens_per_iter)
+        leaders = idx[_rank(key, mem[idx], idx)[:max(top, 8)]]
+        if leaders_before is not None and set(leaders) == set(leaders_before):
+            break
+        leaders_before = leaders
+        near = np.abs(logs[feasible][:, None, dims] - logs[leaders][None, :, dims]).max(axis=2).min(axis=1)
+        chosen[feasible[near <= radius + 1e-9]] = True
+    idx = np.flatnonzero(~np.isnan(times))
     t2 = time.perf_counter()
-    result = _finish(predictor, cfg, space, strategies, d, mem, fits, idx, out["iteration_time_s"], objective, top,
+    result = _finish(predictor, cfg, space, strategies, d, mem, fits, idx, times[idx], objective, top,
                      price, tokens, "guided", {})
     result.timings = dict(guide_s=t1 - t0, evaluate_s=t2 - t1, rank_s=time.perf_counter() - t2,
                           descent_points=len(x), steps=steps)

@@ -1,0 +1,373 @@
+"""`vtrain search` (best parallelization strategies) and `vtrain plan` (compute-optimal model size).
+
+Imports only typer and light modules at import time; numpy/JAX/matplotlib load inside the commands.
+"""
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vtrain.cli.app import app
+from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
+
+# Canonical parallel fields that restrict the search space when given as flags.
+RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "schedule", "sequence_parallel")
+FILE_LAYOUT_FIELDS = RESTRICT_FIELDS + ("num_gpus",)
+
+
+def _fmt_time(seconds: float) -> str:
+    return f"{seconds:.3f} s" if seconds >= 1.0 else f"{seconds * 1e3:.1f} ms"
+
+
+def _fmt_money(x: float) -> str:
+    return f"${x:,.0f}" if x >= 100 else f"${x:,.2f}"
+
+
+def _list(value: Optional[str], name: str, allowed) -> Optional[tuple]:
+    """Comma-separated flag value -> tuple (None if not given)."""
+    from vtrain.costmodel.errors import UserError
+
+    if value is None:
+        return None
+    items = tuple(v.strip().lower() for v in str(value).split(",") if v.strip())
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise UserError(f"--{name}: '{value}' is not a comma-separated list of {', '.join(allowed)}")
+    return items
+
+
+def atomic_write(path: Path, write) -> None:
+    """Write through a temp file in the same folder (keeping the suffix), then os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+
+    def write(tmp):
+        Path(tmp).write_text(text, encoding="utf-8")
+    atomic_write(output, write)
+
+
+def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optional[str], fields: dict,
+                        max_gpus, min_gpus, max_tp, max_pp, max_dp, max_micro_batch, max_vpp):
+    """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
+    from vtrain.costmodel.config_files import load_config_file, preset_fields
+    from vtrain.costmodel.errors import UserError
+    from vtrain.costmodel.search import SearchSpace
+    from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
+
+    if config is None and model is None and fields.get("num_layers") is None:
+        raise UserError("search: give a config file, --model PRESET, or the model fields (--num-layers ...); "
+                        "see `vtrain search --help`")
+    values: dict = {}
+    if config is not None:
+        values.update(load_config_file(config))
+    file_gpus = values.get("num_gpus")
+    values = {k: v for k, v in values.items() if k not in FILE_LAYOUT_FIELDS}
+    if model:
+        values.update(preset_fields(model))
+    flags = config_overrides(gpu=gpu, **fields)
+    restrict = {k: flags.pop(k) for k in RESTRICT_FIELDS if k in flags}
+    num_gpus = flags.pop("num_gpus", None)
+    values.update(flags)
+    if not values.get("global_batch"):
+        raise UserError("--global-batch: required for search (sequences per iteration, e.g. --global-batch 1536)")
+    if num_gpus is not None and max_gpus is not None:
+        raise UserError("search: give either --num-gpus or --max-gpus, not both")
+    if num_gpus is None and max_gpus is None:
+        num_gpus = file_gpus
+    if num_gpus is None and max_gpus is None:
+        raise UserError("search: give --num-gpus N (exactly N GPUs) or --max-gpus N (any count up to N)")
+    cfg = build_config(values)
+    for name, val in (("max-gpus", max_gpus), ("max-tp", max_tp), ("max-pp", max_pp), ("max-dp", max_dp),
+                      ("max-micro-batch", max_micro_batch), ("max-vpp", max_vpp), ("min-gpus", min_gpus)):
+        if val is not None and val <= 0:
+            raise UserError(f"--{name}: {val} must be a positive integer")
+    space = dict(num_gpus=num_gpus, max_gpus=max_gpus, min_gpus=min_gpus or 1, max_tp=max_tp, max_pp=max_pp,
+                 max_dp=max_dp, max_micro_batch=max_micro_batch, max_vpp=max_vpp)
+    for name in ("tp", "pp", "dp", "micro_batch", "vpp"):
+        if name in restrict:
+            space[name] = (int(restrict[name]),)
+    if "recompute" in restrict:
+        space["recompute"] = _list(restrict["recompute"], "recompute", RECOMPUTE_MODES)
+    if "schedule" in restrict:
+        space["schedules"] = _list(restrict["schedule"], "schedule", SCHEDULES)
+    if "zero_stage" in restrict:
+        if restrict["zero_stage"] not in (0, 1, 2, 3):
+            raise UserError(f"--zero-stage: {restrict['zero_stage']} is not a ZeRO stage; use 0, 1, 2 or 3")
+        space["zero_stages"] = (int(restrict["zero_stage"]),)
+    if "sequence_parallel" in restrict:
+        space["sequence_parallel"] = (bool(restrict["sequence_parallel"]),)
+    if "vpp" in restrict and restrict["vpp"] > 1 and "schedules" not in space:
+        space["schedules"] = ("interleaved",)
+    return cfg, SearchSpace(**space)
+
+
+def _row_strategy(r: dict) -> str:
+    s = f"tp={r['tp']} pp={r['pp']} dp={r['dp']} mb={r['micro_batch']}"
+    if r["schedule"] == "interleaved":
+        s += f" vpp={r['vpp']}"
+    elif r["schedule"] != "1f1b":
+        s += f" {r['schedule']}"
+    return s
+
+
+def _flat_row(r: dict) -> dict:
+    out = {k: v for k, v in r.items() if k not in ("breakdown", "config")}
+    out.update({f"breakdown_{k}_s": v for k, v in r["breakdown"].items()})
+    return out
+
+
+def plot_pareto(result, path: Path) -> None:
+    """Time-versus-cost scatter of every fitting strategy with the Pareto front, written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    feas = result.feasible
+    money = result.price_per_gpu_hour > 0
+    y_all = feas["cost"] if money else feas["gpu_hours"]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter(feas["iteration_time_s"], y_all, s=6, alpha=0.35, color="tab:gray", label="fitting strategies")
+    px = [p["iteration_time_s"] for p in result.pareto]
+    py = [p["cost"] if money else p["gpu_hours"] for p in result.pareto]
+    ax.plot(px, py, "o-", color="tab:red", ms=4, label="Pareto front")
+    if result.top:
+        best = result.top[0]
+        ax.scatter([best["iteration_time_s"]], [best["cost"] if money else best["gpu_hours"]], marker="*", s=180,
+                   color="tab:blue", zorder=5, label=f"best ({result.objective}): {_row_strategy(best)}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("iteration time (s)")
+    ax.set_ylabel(("cost ($) " if money else "GPU-hours ") + result.cost_basis)
+    m = result.config.model
+    ax.set_title(f"{m.num_parameters / 1e9:.0f}B params, global batch {result.config.parallel.global_batch} "
+                 f"on {result.config.cluster.gpu}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+
+    def write(tmp):
+        fig.savefig(tmp, dpi=120)
+    try:
+        atomic_write(path, write)
+    finally:
+        plt.close(fig)
+
+
+def _print_search(result, sens, space) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cfg = result.config
+    m, c = cfg.model, cfg.cluster
+    console = Console()
+    gpus = f"{space.num_gpus}" if space.num_gpus is not None else f"<= {space.max_gpus}"
+    title = (f"{m.arch} {m.num_parameters / 1e9:.1f}B ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}), "
+             f"global batch {cfg.parallel.global_batch}, {gpus} x {c.gpu} ({c.precision}) - best by {result.objective}")
+    table = Table(title=title)
+    for col, just in (("#", "right"), ("strategy", "left"), ("GPUs", "right"), ("recompute", "left"),
+                      ("SP", "left"), ("ZeRO", "right"), ("iter time", "right"), ("tokens/s", "right"),
+                      ("MFU", "right"), ("mem GiB (free)", "right"), (f"cost {result.cost_basis}", "right"),
+                      ("limited by", "left")):
+        table.add_column(col, justify=just)
+    if result.tokens:
+        table.add_column("days", justify="right")
+    for r in result.top:
+        row = [str(r["rank"]), _row_strategy(r), str(r["num_gpus"]), r["recompute"], "sp" if r["sequence_parallel"]
+               else "-", str(r["zero_stage"]), _fmt_time(r["iteration_time_s"]), f"{r['tokens_per_s']:,.0f}",
+               f"{r['mfu'] * 100:.1f}%", f"{r['memory_gib']:.1f} ({r['memory_headroom_pct']:.0f}%)",
+               _fmt_money(r["cost"]) if result.price_per_gpu_hour > 0 else f"{r['gpu_hours']:,.0f} GPU-h",
+               f"{r['limiter']} {r['limiter_share_pct']:.0f}%" + (", memory" if r["memory_headroom_pct"] < 5 else "")]
+        if result.tokens:
+            row.append(f"{r['train_days']:,.1f}")
+        table.add_row(*row)
+    t = result.timings
+    table.caption = (f"{result.num_enumerated:,} valid strategies, {result.num_fit:,} fit in memory, "
+                     f"{result.num_evaluated:,} evaluated ({result.method}); "
+                     f"price ${result.price_per_gpu_hour:g}/GPU-hour; checkpoint: {result.checkpoint}; "
+                     f"search {sum(v for k, v in t.items() if k.endswith('_s')):.2f} s. "
+                     "'limited by' = largest non-compute share of the iteration")
+    console.print(table)
+    if sens:
+        st = Table(title=f"sensitivity at #1 (jax.grad of log time w.r.t. log degree, global batch fixed)")
+        for col in ("knob", "value", "d ln time / d ln knob", "time if doubled", "d ln cost / d ln knob"):
+            st.add_column(col, justify="left" if col in ("knob", "value") else "right")
+        for s in sens:
+            st.add_row(s["knob"], str(s["value"]), f"{s['time_elasticity']:+.3f}",
+                       f"{s['time_change_if_doubled_pct']:+.1f}%", f"{s['cost_elasticity']:+.3f}")
+        st.caption = ("local derivatives of the relaxed model: steps such as TP crossing a node are not seen; "
+                      "'same GPUs' rows trade one degree for another at a fixed GPU count")
+        console.print(st)
+    if result.top:
+        b = result.top[0]["config"]
+        console.print(f"reproduce #1: vtrain predict --model ... --num-gpus {b['num_gpus']} --tp {b['tp']} "
+                      f"--pp {b['pp']} --micro-batch {b['micro_batch']} --global-batch {b['global_batch']} "
+                      f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
+                      f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel")
+
+
+@app.command()
+@with_field_options
+def search(
+    config: Optional[Path] = typer.Argument(None, help="Config file for the model/cluster (its parallel layout "
+                                                        "is ignored; its num_gpus is the default GPU count)."),
+    model: Optional[str] = ModelOpt,
+    gpu: Optional[str] = GpuOpt,
+    checkpoint: str = CheckpointOpt,
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Search every GPU count up to N "
+                                                                     "(instead of exactly --num-gpus N)."),
+    min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="With --max-gpus: smallest GPU count."),
+    objective: str = typer.Option("time", "--objective", help="time (fastest iteration), cost (cheapest per "
+                                                               "token) or tokens-per-dollar (same order as cost)."),
+    top: int = typer.Option(10, "--top", "-k", help="How many strategies to show."),
+    max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree."),
+    max_pp: Optional[int] = typer.Option(None, "--max-pp", help="Largest pipeline-parallel degree."),
+    max_dp: Optional[int] = typer.Option(None, "--max-dp", help="Largest data-parallel degree."),
+    max_micro_batch: int = typer.Option(32, "--max-micro-batch", help="Largest micro-batch size."),
+    max_vpp: Optional[int] = typer.Option(None, "--max-vpp", help="Largest virtual-pipeline degree."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens for cost/days (e.g. 300e9); "
+                                                                   "default: cost per 1B tokens."),
+    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
+                                                       help="$ per GPU-hour (default: rough on-demand price of "
+                                                            "the GPU type, see docs/search.md)."),
+    guided: bool = typer.Option(False, "--guided", help="Gradient-guided search: evaluate only the neighbourhoods "
+                                                        "of relaxed optima instead of every strategy."),
+    show_sensitivity: bool = typer.Option(True, "--sensitivity/--no-sensitivity",
+                                          help="Which knob matters most at the best strategy (jax.grad)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the top strategies as CSV."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write --json/--csv here (atomically)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the time-versus-cost Pareto front (PNG/PDF/SVG)."),
+    **fields,
+):
+    """Find the fastest or cheapest strategy (tp, pp, dp, micro-batch, schedule/vpp, recompute, SP, ZeRO)
+    that fits in memory; every valid strategy is evaluated in one batched, jitted call."""
+    from vtrain.costmodel.errors import UserError
+
+    if as_json and as_csv:
+        raise UserError("search: give --json or --csv, not both")
+    if output is not None and not (as_json or as_csv):
+        raise UserError("--output: only with --json or --csv")
+    cfg, space = build_search_inputs(config, model, gpu, fields, max_gpus, min_gpus, max_tp, max_pp, max_dp,
+                                     max_micro_batch, max_vpp)
+    from vtrain.costmodel.predictor import Predictor
+
+    predictor = Predictor.load(checkpoint)
+    from vtrain.costmodel import search as engine
+
+    engine.enable_compilation_cache()
+    run = engine.guided_search if guided else engine.search
+    result = run(cfg, space, predictor, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
+                 tokens=tokens)
+    sens = engine.sensitivity(predictor, cfg, result.top[0]) if show_sensitivity and result.top else []
+    if plot is not None:
+        plot_pareto(result, plot)
+    if as_json:
+        out = dict(objective=result.objective, method=result.method, cost_basis=result.cost_basis,
+                   price_per_gpu_hour=result.price_per_gpu_hour, tokens=result.tokens, checkpoint=result.checkpoint,
+                   num_enumerated=result.num_enumerated, num_fit=result.num_fit, num_evaluated=result.num_evaluated,
+                   timings=result.timings, num_parameters=cfg.model.num_parameters,
+                   model={k: v for k, v in cfg.flat().items() if k in ("arch", "num_layers", "hidden_size",
+                          "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len")},
+                   gpu=cfg.cluster.gpu, global_batch=cfg.parallel.global_batch,
+                   num_gpus=space.num_gpus, max_gpus=space.max_gpus, top=result.top, pareto=result.pareto,
+                   sensitivity=sens)
+        _emit(json.dumps(out, indent=2, default=float) + "\n", output)
+        return
+    if as_csv:
+        import csv
+        import io
+
+        rows = [_flat_row(r) for r in result.top]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["rank"])
+        writer.writeheader()
+        writer.writerows(rows)
+        _emit(buf.getvalue(), output)
+        return
+    _print_search(result, sens, space)
+
+
+@app.command()
+def plan(
+    gpu: str = typer.Option("a100-80gb", "--gpu", help="GPU preset."),
+    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", "--max-gpus", "-n", help="GPU budget: at most this many GPUs."),
+    days: Optional[float] = typer.Option(None, "--days", help="Wall-clock budget in days."),
+    tokens_per_param: float = typer.Option(20.0, "--tokens-per-param", help="Training tokens per parameter "
+                                                                            "(Chinchilla: 20)."),
+    arch: str = typer.Option("gpt", "--arch", help="gpt or llama shapes."),
+    seq_len: int = typer.Option(2048, "--seq-len", help="Sequence length."),
+    vocab_size: int = typer.Option(51200, "--vocab-size", help="Vocabulary size."),
+    global_batch: int = typer.Option(1024, "--global-batch", help="Sequences per iteration."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp16, bf16 or fp8."),
+    max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree."),
+    price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour", help="$ per GPU-hour."),
+    checkpoint: str = CheckpointOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+):
+    """Compute-optimal planning: the largest model (and its token count, tokens-per-param x parameters)
+    that trains within --days on --num-gpus GPUs, using predicted throughput rather than peak FLOP/s."""
+    from vtrain.costmodel.errors import UserError
+
+    if num_gpus is None or days is None:
+        raise UserError("plan: give --num-gpus N and --days D (e.g. vtrain plan --gpu h100 --num-gpus 1024 --days 30)")
+    from vtrain.costmodel import search as engine
+    from vtrain.costmodel.planning import plan as make_plan
+    from vtrain.costmodel.predictor import Predictor
+
+    predictor = Predictor.load(checkpoint)
+    engine.enable_compilation_cache()
+    res = make_plan(gpu, num_gpus, days, predictor, tokens_per_param=tokens_per_param, arch=arch, seq_len=seq_len,
+                    vocab_size=vocab_size, global_batch=global_batch, precision=precision,
+                    price_per_gpu_hour=price_per_gpu_hour, max_tp=max_tp)
+    if as_json:
+        sys.stdout.write(json.dumps(dict(gpu=res.gpu, num_gpus=res.num_gpus, days=res.days,
+                                         tokens_per_param=res.tokens_per_param,
+                                         price_per_gpu_hour=res.price_per_gpu_hour, recommended=res.recommended,
+                                         candidates=res.rows, continuous=res.continuous), indent=2, default=float)
+                         + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{res.tokens_per_param:g} tokens/parameter within {res.days:g} days on <= {res.num_gpus} x "
+                        f"{res.gpu}")
+    for col in ("params", "layers x hidden", "tokens", "best strategy", "GPUs", "MFU", "days", "cost", "fits"):
+        table.add_column(col, justify="left" if col in ("best strategy", "layers x hidden", "fits") else "right")
+    for r in res.rows:
+        s = r.get("strategy")
+        strat = (f"tp={s['tp']} pp={s['pp']} dp={s['dp']} mb={s['micro_batch']} {s['recompute']}"
+                 if s else r.get("reason", "")[:60])
+        mark = "[green]yes[/green]" if r.get("fits_budget") else f"[red]no[/red]"
+        if r is res.recommended:
+            mark = "[bold green]<= recommended[/bold green]"
+        table.add_row(f"{r['num_parameters'] / 1e9:.2f}B", f"{r['num_layers']} x {r['hidden_size']}",
+                      f"{r['tokens'] / 1e9:,.0f}B", strat, str(r.get("gpus_used", "-")),
+                      f"{r['mfu'] * 100:.1f}%" if "mfu" in r else "-",
+                      f"{r['train_days']:,.1f}" if "train_days" in r else "-",
+                      _fmt_money(r["cost"]) if "cost" in r else "-", mark)
+    console.print(table)
+    cont = res.continuous
+    console.print(f"continuous estimate at the predicted MFU ({cont['mfu'] * 100:.1f}%): "
+                  f"{cont['predicted']['num_parameters'] / 1e9:.1f}B parameters on "
+                  f"{cont['predicted']['tokens'] / 1e9:,.0f}B tokens; at peak FLOP/s it would be "
+                  f"{cont['peak']['num_parameters'] / 1e9:.1f}B on {cont['peak']['tokens'] / 1e9:,.0f}B tokens")
