@@ -172,29 +172,31 @@ def plot_pareto(result, path: Path) -> None:
         plt.close(fig)
 
 
-def _print_search(result, sens, space) -> None:
+def _print_search(result, sens, space, source: str = "...") -> None:
     from rich.console import Console
     from rich.table import Table
 
     cfg = result.config
     m, c = cfg.model, cfg.cluster
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     gpus = f"{space.num_gpus}" if space.num_gpus is not None else f"<= {space.max_gpus}"
     title = (f"{m.arch} {m.num_parameters / 1e9:.1f}B ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}), "
              f"global batch {cfg.parallel.global_batch}, {gpus} x {c.gpu} ({c.precision}) - best by {result.objective}")
     table = Table(title=title)
-    for col, just in (("#", "right"), ("strategy", "left"), ("GPUs", "right"), ("recompute", "left"),
-                      ("SP", "left"), ("ZeRO", "right"), ("iter time", "right"), ("tokens/s", "right"),
-                      ("MFU", "right"), ("mem GiB (free)", "right"), (f"cost {result.cost_basis}", "right"),
-                      ("limited by", "left")):
-        table.add_column(col, justify=just)
+    money = result.price_per_gpu_hour > 0
+    cols = ["#", "tp", "pp", "dp", "GPUs", "mb", "sched", "recomp", "SP", "ZeRO", "iter time", "MFU",
+            "mem GiB (free)", ("$ " if money else "GPU-h ") + result.cost_basis, "limited by"]
     if result.tokens:
-        table.add_column("days", justify="right")
+        cols.append("days")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("sched", "recomp", "limited by") else "right")
     for r in result.top:
-        row = [str(r["rank"]), _row_strategy(r), str(r["num_gpus"]), r["recompute"], "sp" if r["sequence_parallel"]
-               else "-", str(r["zero_stage"]), _fmt_time(r["iteration_time_s"]), f"{r['tokens_per_s']:,.0f}",
-               f"{r['mfu'] * 100:.1f}%", f"{r['memory_gib']:.1f} ({r['memory_headroom_pct']:.0f}%)",
-               _fmt_money(r["cost"]) if result.price_per_gpu_hour > 0 else f"{r['gpu_hours']:,.0f} GPU-h",
+        sched = f"v{r['vpp']}" if r["schedule"] == "interleaved" else r["schedule"]
+        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["num_gpus"]), str(r["micro_batch"]),
+               sched, r["recompute"], "y" if r["sequence_parallel"] else "-", str(r["zero_stage"]),
+               _fmt_time(r["iteration_time_s"]), f"{r['mfu'] * 100:.1f}%",
+               f"{r['memory_gib']:.1f} ({r['memory_headroom_pct']:.0f}%)",
+               _fmt_money(r["cost"]) if money else f"{r['gpu_hours']:,.0f}",
                f"{r['limiter']} {r['limiter_share_pct']:.0f}%" + (", memory" if r["memory_headroom_pct"] < 5 else "")]
         if result.tokens:
             row.append(f"{r['train_days']:,.1f}")
@@ -207,7 +209,7 @@ def _print_search(result, sens, space) -> None:
                      "'limited by' = largest non-compute share of the iteration")
     console.print(table)
     if sens:
-        st = Table(title=f"sensitivity at #1 (jax.grad of log time w.r.t. log degree, global batch fixed)")
+        st = Table(title="sensitivity at #1 (jax.grad of log time w.r.t. log degree, global batch fixed)")
         for col in ("knob", "value", "d ln time / d ln knob", "time if doubled", "d ln cost / d ln knob"):
             st.add_column(col, justify="left" if col in ("knob", "value") else "right")
         for s in sens:
@@ -218,7 +220,7 @@ def _print_search(result, sens, space) -> None:
         console.print(st)
     if result.top:
         b = result.top[0]["config"]
-        console.print(f"reproduce #1: vtrain predict --model ... --num-gpus {b['num_gpus']} --tp {b['tp']} "
+        console.print(f"reproduce #1: vtrain predict {source} --gpu {c.gpu} --num-gpus {b['num_gpus']} --tp {b['tp']} "
                       f"--pp {b['pp']} --micro-batch {b['micro_batch']} --global-batch {b['global_batch']} "
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel")
@@ -303,7 +305,8 @@ def search(
         writer.writerows(rows)
         _emit(buf.getvalue(), output)
         return
-    _print_search(result, sens, space)
+    source = f"--model {model}" if model else (str(config) if config else "(model flags)")
+    _print_search(result, sens, space, source)
 
 
 @app.command()
@@ -348,7 +351,7 @@ def plan(
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     table = Table(title=f"{res.tokens_per_param:g} tokens/parameter within {res.days:g} days on <= {res.num_gpus} x "
                         f"{res.gpu}")
     for col in ("params", "layers x hidden", "tokens", "best strategy", "GPUs", "MFU", "days", "cost", "fits"):
