@@ -29,6 +29,7 @@ def _register_commands() -> None:
     # Importing a module registers its commands on `app`.
     from vtrain.cli import predict_cmd  # noqa: F401
     from vtrain.cli import search_cmd  # noqa: F401
+    from vtrain.cli import fit_cmd  # noqa: F401
     from vtrain.cli import dataset_cmd  # noqa: F401
     from vtrain.cli import forecast_cmd  # noqa: F401
 

@@ -1,0 +1,148 @@
+"""`vtrain fit` (train the correction, write a checkpoint) and `vtrain validate` (held-out accuracy)."""
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vtrain.cli.app import app
+
+DEFAULT_OUTPUT = Path("checkpoints") / "default.npz"
+
+
+@app.command()
+def fit(
+    dataset_dir: Path = typer.Argument(..., help="Dataset directory (from `vtrain dataset import` / `vtrain profile`)."),
+    output: Path = typer.Option(DEFAULT_OUTPUT, "--output", "-o", help="Checkpoint path (.npz; a .json with the "
+                                                                         "metadata is written beside it)."),
+    steps: int = typer.Option(2500, "--steps", help="Maximum Adam steps (early stopping may end sooner)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (training is deterministic for a seed)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+):
+    """Train the learned correction on a dataset and write a checkpoint atomically."""
+    from vtrain.costmodel.errors import UserError
+
+    if steps <= 0:
+        raise UserError(f"--steps: {steps} must be a positive number of steps, e.g. 2500")
+    import numpy as np
+
+    from vtrain import __version__
+    from vtrain.costmodel import checkpoint as ckpt
+    from vtrain.training.data import load_dataset
+    from vtrain.training.evaluate import error_stats
+    from vtrain.training.fit import FitSettings
+    from vtrain.training.runs import encode_runs
+    from vtrain.training.train import train
+    from vtrain.costmodel.simulator import simulate
+
+    settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
+    ds = load_dataset(dataset_dir, seed=seed)
+    params, report = train(ds, settings)
+    # Validation figures on the fit's own held-out slice (rows early stopping watched, never trained on).
+    validation = {}
+    if len(ds.runs):
+        rng = np.random.default_rng(seed)
+        hold = rng.random(len(ds.runs)) < settings.validation_fraction
+        if hold.any():
+            part = ds.runs[hold]
+            pred = simulate(encode_runs(part), params)["iteration_time_s"]
+            validation["runs_holdout"] = error_stats(pred, part["iteration_time_s"].to_numpy())
+    meta = dict(
+        vtrain_version=__version__, data_hash=ds.fingerprint, dataset_dir=str(dataset_dir),
+        command="vtrain " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("vtrain") else f"vtrain fit {dataset_dir} "
+        f"-o {output} --steps {steps} --seed {seed}",
+        validation=validation, **report,
+    )
+    path = ckpt.save(output, params, meta)
+    typer.echo(f"wrote {path} and {path.with_suffix('.json')} ({report['parameters']} parameters, "
+               f"{report['rows']['runs']} runs, {report['rows']['kernels']} kernels, "
+               f"{report['rows']['collectives']} collectives, {report['seconds']} s)")
+    if validation:
+        v = validation["runs_holdout"]
+        typer.echo(f"held-out runs (random {settings.validation_fraction:.0%}): MAPE {v['mape']:.2f}%, "
+                   f"median {v['median']:.2f}%, p90 {v['p90']:.2f}%  (grouped CV: `vtrain validate`)")
+
+
+@app.command()
+def validate(
+    dataset_dir: Path = typer.Argument(..., help="Dataset directory with `runs` (and kernels/collectives)."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", "-c", help="Also score this checkpoint "
+                                             "directly on the dataset's rows (e.g. new hardware it never saw)."),
+    folds: Optional[int] = typer.Option(None, "--folds", "-k", help="Folds grouped by model shape (default: "
+                                                                     "leave one shape out)."),
+    steps: int = typer.Option(1500, "--steps", help="Adam steps per fold."),
+    seed: int = typer.Option(0, "--seed"),
+    kernels: bool = typer.Option(True, "--kernels/--no-kernels", help="Also cross-validate kernel and "
+                                                                       "collective rows on held-out shapes."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Save a predicted-vs-measured scatter (PNG)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+):
+    """Cross-validated accuracy: MAPE, median and p90 error per group, held out by model shape."""
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from vtrain.costmodel.errors import UserError
+    from vtrain.training import evaluate as ev
+    from vtrain.training.data import load_dataset
+    from vtrain.training.fit import FitSettings
+
+    if folds is not None and folds < 2:
+        raise UserError(f"--folds: {folds} must be at least 2 (or omit it for leave-one-shape-out)")
+    settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
+    ds = load_dataset(dataset_dir, seed=seed)
+    console = Console(stderr=as_json)
+    figures: dict = {}
+    tables = []
+    if len(ds.runs):
+        baseline = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, None),
+                                  setting=ev.setting_label(ds.runs), shape=ev.shape_key(ds.runs))
+        figures["analytical"] = ev.summarize(baseline).to_dict("records")
+        init = ev.pretrain(ds, settings)
+        if ds.runs["num_attention_heads"].nunique() + ds.runs["hidden_size"].nunique() > 2 or folds:
+            cv = ev.cross_validate_runs(ds, settings, folds, init=init)
+            figures["grouped_cv"] = ev.summarize(cv).to_dict("records")
+            tables.append(("Grouped CV by model shape (held-out shapes)", figures["grouped_cv"], figures["analytical"]))
+            if plot:
+                ev.plot_predictions(cv, plot)
+        multi = ev.setting_label(ds.runs) == "multi-node"
+        if ds.runs.loc[multi, "num_gpus"].nunique() > 1:
+            gpus = ev.cross_validate_runs(ds, settings, init=init, split="gpus")
+            figures["leave_one_gpu_count_out"] = ev.summarize(gpus).to_dict("records")
+            tables.append(("Leave-one-GPU-count-out (multi-node runs)", figures["leave_one_gpu_count_out"], None))
+        if checkpoint:
+            from vtrain.costmodel.checkpoint import load
+
+            params, _ = load(checkpoint)
+            direct = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, params), setting=ev.setting_label(ds.runs),
+                                    shape=ev.shape_key(ds.runs))
+            figures["checkpoint"] = ev.summarize(direct).to_dict("records")
+            tables.append((f"Checkpoint {checkpoint} scored directly (rows it trained on are not held out)",
+                           figures["checkpoint"], None))
+    if kernels and (ds.kernels.rows or ds.collectives.rows):
+        measured = ev.cross_validate_measurements(ds, replace(settings, steps=min(steps, 800)))
+        figures["kernels_collectives_cv"] = ev.summarize_measurements(measured).to_dict("records")
+        tables.append(("Kernels and collectives, held-out shapes (5-fold grouped)", figures["kernels_collectives_cv"],
+                       None))
+    if as_json:
+        sys.stdout.write(json.dumps(figures, indent=2) + "\n")
+        return
+    for title, rows, baseline_rows in tables:
+        base = {r["group"]: r["mape"] for r in baseline_rows} if baseline_rows else {}
+        table = Table(title=title)
+        for col in ("group", "rows", "MAPE %", "median %", "p90 %") + (("analytical MAPE %",) if base else ()) + \
+                ("vTrain paper MAPE %",):
+            table.add_column(col, justify="left" if col == "group" else "right")
+        for r in rows:
+            cells = [r["group"], str(r["rows"]), f"{r['mape']:.2f}", f"{r['median']:.2f}", f"{r['p90']:.2f}"]
+            if base:
+                cells.append(f"{base.get(r['group'], float('nan')):.2f}")
+            published = r.get("vtrain_published")
+            cells.append(f"{published:.2f}" if isinstance(published, (int, float)) and published == published else "")
+            table.add_row(*cells)
+        console.print(table)
+    if plot and "grouped_cv" in figures:
+        console.print(f"wrote {plot}")

@@ -1,0 +1,96 @@
+"""The learned correction: starts equal to the analytical model, learns a systematic error from
+held-out-safe data, round-trips through checkpoints, and the profile -> fit -> predict path."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vtrain.costmodel import checkpoint as ckpt
+from vtrain.costmodel.encode import encode
+from vtrain.costmodel.simulator import simulate
+from vtrain.costmodel.spec import build_config
+from vtrain.dataset import store
+from vtrain.training.evaluate import cross_validate_runs, error_stats, summarize
+from vtrain.training.fit import FitSettings
+from vtrain.training.model import init_correction, to_numpy
+
+SLOWDOWN = 1.35  # the synthetic "measured" runs are 35% slower than the analytical model
+
+
+def synthetic_runs(seed=0) -> pd.DataFrame:
+    """Runs for 4 model shapes, 'measured' = analytical * SLOWDOWN * small noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layers, hidden in [(12, 1024), (16, 1024), (12, 2048), (24, 2048)]:
+        for tp, pp, mb in [(1, 1, 1), (2, 1, 2), (2, 2, 4), (4, 2, 1), (1, 4, 2), (8, 1, 4)]:
+            cfg = build_config(dict(num_layers=layers, hidden_size=hidden, num_attention_heads=16, seq_len=1024,
+                                    num_gpus=8, tp=tp, pp=pp, micro_batch=mb, global_batch=64, recompute="full",
+                                    precision="fp16"))
+            rows.append(cfg.flat())
+    frame = pd.DataFrame(rows)
+    configs = [build_config(r) for r in rows]
+    analytical = simulate(encode(configs))["iteration_time_s"]
+    frame["iteration_time_s"] = analytical * SLOWDOWN * np.exp(rng.normal(0, 0.01, len(rows)))
+    frame["interconnect"] = "nvlink"
+    frame["source"] = "test:synthetic"
+    return frame
+
+
+def test_untrained_correction_equals_analytical():
+    d = encode([build_config(dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=2, pp=2,
+                                  global_batch=32))])
+    plain = simulate(d)["iteration_time_s"]
+    corrected = simulate(d, to_numpy(init_correction(3)))["iteration_time_s"]
+    assert np.allclose(plain, corrected, rtol=1e-5)
+
+
+def test_grouped_cv_learns_a_systematic_error_on_held_out_shapes(tmp_path):
+    runs = synthetic_runs()
+    store.append(tmp_path, "runs", runs)
+    from vtrain.training.data import load_dataset
+
+    ds = load_dataset(tmp_path)
+    before = error_stats(simulate(encode([build_config(r) for r in ds.runs.drop(
+        columns=["iteration_time_s", "interconnect", "source"]).to_dict("records")]))["iteration_time_s"],
+        ds.runs["iteration_time_s"])
+    cv = cross_validate_runs(ds, FitSettings(steps=150, learning_rate=3e-2, progress=False), folds=2)
+    assert len(cv) == len(runs) and cv["shape"].nunique() == 4
+    after = summarize(cv).set_index("group").loc["overall"]
+    assert before["mape"] > 20
+    assert after["mape"] < before["mape"] / 3, (before, after)
+
+
+def test_checkpoint_roundtrip_and_corrupt_files(tmp_path):
+    params = to_numpy(init_correction(0))
+    path = ckpt.save(tmp_path / "c.npz", params, dict(note="x"))
+    loaded, meta = ckpt.load(path)
+    assert meta["note"] == "x" and meta["format_version"] == ckpt.FORMAT_VERSION
+    flat_a, flat_b = ckpt.flatten(params), ckpt.flatten(loaded)
+    assert flat_a.keys() == flat_b.keys() and all(np.array_equal(flat_a[k], flat_b[k]) for k in flat_a)
+    (tmp_path / "c.json").write_text(json.dumps(dict(format_version=99)))
+    with pytest.raises(ckpt.CheckpointError, match="format"):
+        ckpt.load(path)
+    with pytest.raises(ckpt.CheckpointError, match="not found"):
+        ckpt.load(tmp_path / "missing.npz")
+
+
+def test_profile_fit_predict_on_real_cpu_measurements(cli, tmp_path):
+    ds = tmp_path / "ds"
+    result = cli("profile", "--device", "cpu", "-o", ds, "--shapes", "tiny", "--repeats", "3")
+    assert result.returncode == 0, result.stderr
+    assert len(store.load(ds, "kernels")) > 0
+    out = tmp_path / "cpu.npz"
+    result = cli("fit", ds, "-o", out, "--steps", "100", "--quiet")
+    assert result.returncode == 0, result.stderr
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert meta["rows"]["kernels"] > 0 and len(meta["data_hash"]) == 64
+    result = cli("predict", "--model", "gpt3-1.3b", "--gpu", "a100-80gb", "--checkpoint", out, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["iteration_time_s"] > 0
+
+
+def test_fit_on_missing_dataset_is_one_line(cli, tmp_path):
+    result = cli("fit", tmp_path / "nope", "-o", tmp_path / "x.npz")
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "DATASET_DIR" in result.stderr
+    assert not (tmp_path / "x.npz").exists()

@@ -1,0 +1,162 @@
+"""Held-out evaluation: cross-validation grouped by model shape, leave-one-GPU-count-out for the
+multi-node runs, and held-out-shape evaluation of kernels and collectives.
+
+Every figure here comes from predictions on rows the model did not train on.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from vtrain.costmodel.collectives import collective_time
+from vtrain.costmodel.simulator import kernel_time, simulate
+from vtrain.training.data import Dataset, fit_data
+from vtrain.training.fit import FitData, FitSettings, fit
+from vtrain.training.measurements import take_collectives, take_kernels
+from vtrain.training.model import to_numpy
+from vtrain.training.runs import encode_runs, setting_label, shape_key
+from vtrain.training.train import pretrain
+
+PUBLISHED_VTRAIN_MAPE = {"single-node": 8.37, "multi-node": 14.73}
+
+
+def error_stats(pred: np.ndarray, measured: np.ndarray) -> dict:
+    """MAPE, median and 90th-percentile absolute percentage error (percent), and the row count."""
+    ape = np.abs(np.asarray(pred) / np.asarray(measured) - 1.0) * 100.0
+    return dict(rows=int(len(ape)), mape=float(np.mean(ape)), median=float(np.median(ape)),
+                p90=float(np.percentile(ape, 90)))
+
+
+def predict_runs(runs: pd.DataFrame, params: dict | None) -> np.ndarray:
+    return np.asarray(simulate(encode_runs(runs), params)["iteration_time_s"])
+
+
+def shape_folds(runs: pd.DataFrame, folds: int | None) -> np.ndarray:
+    """Fold index per row: whole model shapes go to one fold (round-robin over sorted shapes);
+    folds=None or >= number of shapes means leave-one-shape-out."""
+    shapes = shape_key(runs)
+    unique = sorted(shapes.unique())
+    k = len(unique) if not folds or folds >= len(unique) else folds
+    index = {s: i % k for i, s in enumerate(unique)}
+    return shapes.map(index).to_numpy()
+
+
+def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = None,
+                        init: dict | None = None, split: str = "shape") -> pd.DataFrame:
+    """Held-out predictions for every run: one fit per fold, trained on the other folds' runs and all
+    kernels/collectives. split='shape' groups by model shape; split='gpus' holds out each multi-node
+    GPU count in turn (single-node runs always train)."""
+    runs = ds.runs.reset_index(drop=True)
+    if split == "shape":
+        fold_of = shape_folds(runs, folds)
+    else:
+        multi = setting_label(runs) == "multi-node"
+        fold_of = np.where(multi, runs["num_gpus"].to_numpy(), -1)
+    pred = np.full(len(runs), np.nan)
+    for fold in sorted(set(fold_of) - {-1}):
+        test = fold_of == fold
+        params = fit(fit_data(ds, runs=runs[~test]), replace(settings, label=f"fold {fold}"), init=init).params
+        pred[test] = predict_runs(runs[test], to_numpy(params))
+    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    return out[~np.isnan(pred)]
+
+
+def summarize(predictions: pd.DataFrame) -> pd.DataFrame:
+    """Error statistics per setting (single-/multi-node), per shape and overall."""
+    rows = []
+    for (setting, shape), part in predictions.groupby(["setting", "shape"]):
+        rows.append(dict(group=f"{setting} {shape}", **error_stats(part["predicted_s"], part["iteration_time_s"])))
+    for setting, part in predictions.groupby("setting"):
+        rows.append(dict(group=setting, **error_stats(part["predicted_s"], part["iteration_time_s"]),
+                         vtrain_published=PUBLISHED_VTRAIN_MAPE.get(setting)))
+    rows.append(dict(group="overall", **error_stats(predictions["predicted_s"], predictions["iteration_time_s"])))
+    return pd.DataFrame(rows)
+
+
+def _kernel_predictions(ks, params) -> pd.DataFrame:
+    frames = []
+    for cls, v in ks.by_class.items():
+        pred = kernel_time(v["op"], v["peak"], v["hbm_bw"], params, np)
+        frames.append(pd.DataFrame(dict(kind="kernel:" + cls, predicted_s=pred, measured_s=v["time"])))
+    return pd.concat(frames) if frames else pd.DataFrame()
+
+
+def _collective_predictions(cs, params) -> pd.DataFrame:
+    frames = []
+    for op, v in cs.by_op.items():
+        net = dict(intra_bw=v["intra_bw"], inter_bw=v["inter_bw"])
+        pred = collective_time(op, v["size"], v["group"], v["ranks_per_node"], net, params, np)
+        frames.append(pd.DataFrame(dict(kind="collective:" + op, predicted_s=pred, measured_s=v["time"])))
+    return pd.concat(frames) if frames else pd.DataFrame()
+
+
+def cross_validate_measurements(ds: Dataset, settings: FitSettings, folds: int = 5) -> pd.DataFrame:
+    """Held-out-shape predictions of kernel and collective rows (grouped K-fold: a GEMM weight shape,
+    or a GPU/network/group-size combination, is held out whole)."""
+    rng = np.random.default_rng(settings.seed)
+    kernel_fold = {c: _group_folds(v["group"], folds, rng) for c, v in ds.kernels.by_class.items()}
+    coll_fold = {o: _group_folds(v["group_key"], folds, rng) for o, v in ds.collectives.by_op.items()}
+    frames = []
+    for fold in range(folds):
+        train = FitData(None, None, take_kernels(ds.kernels, {c: f != fold for c, f in kernel_fold.items()}),
+                        take_collectives(ds.collectives, {o: f != fold for o, f in coll_fold.items()}))
+        params = to_numpy(fit(train, replace(settings, label=f"kernels fold {fold}")).params)
+        frames.append(_kernel_predictions(take_kernels(ds.kernels, {c: f == fold for c, f in kernel_fold.items()}),
+                                          params))
+        frames.append(_collective_predictions(
+            take_collectives(ds.collectives, {o: f == fold for o, f in coll_fold.items()}), params))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _group_folds(groups: np.ndarray, folds: int, rng) -> np.ndarray:
+    unique = np.unique(groups)
+    assignment = dict(zip(unique, rng.permutation(len(unique)) % folds))
+    return np.array([assignment[g] for g in groups])
+
+
+def summarize_measurements(predictions: pd.DataFrame) -> pd.DataFrame:
+    rows = [dict(group=kind, **error_stats(p["predicted_s"], p["measured_s"]))
+            for kind, p in predictions.groupby("kind")]
+    for family in ("kernel", "collective"):
+        part = predictions[predictions["kind"].str.startswith(family)]
+        if len(part):
+            rows.append(dict(group=f"all {family}s", **error_stats(part["predicted_s"], part["measured_s"])))
+    return pd.DataFrame(rows)
+
+
+def plot_predictions(predictions: pd.DataFrame, path) -> None:
+    """Predicted-vs-measured scatter (log-log), one colour per setting, saved as PNG atomically."""
+    import os
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for setting, part in predictions.groupby("setting"):
+        ax.scatter(part["iteration_time_s"], part["predicted_s"], s=8, alpha=0.6, label=setting)
+    lo = min(predictions["iteration_time_s"].min(), predictions["predicted_s"].min()) * 0.8
+    hi = max(predictions["iteration_time_s"].max(), predictions["predicted_s"].max()) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="exact")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured iteration time (s)",
+           ylabel="predicted iteration time (s)", title="vtrain held-out predictions")
+    ax.legend()
+    fig.tight_layout()
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+__all__ = ["cross_validate_runs", "cross_validate_measurements", "summarize", "summarize_measurements",
+           "plot_predictions", "predict_runs", "error_stats", "pretrain"]
