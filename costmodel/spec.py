@@ -156,14 +156,19 @@ def _coerce(name: str, value):
             as_float = float(value)
         except (TypeError, ValueError):
             raise ConfigError(name, f"'{value}' is not an integer; give a whole number") from None
+        if as_float != as_float or as_float in (float("inf"), float("-inf")):
+            raise ConfigError(name, f"'{value}' is not a finite number; give a whole number")
         if as_float != int(as_float):
             raise ConfigError(name, f"{value} is not a whole number; give an integer")
         return int(as_float)
     if name in _FLOAT_FIELDS:
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise ConfigError(name, f"'{value}' is not a number") from None
+        if number != number or number in (float("inf"), float("-inf")):
+            raise ConfigError(name, f"'{value}' is not a finite number")
+        return number
     return str(value).strip().lower()
 
 

@@ -45,6 +45,8 @@ def test_valid_config_derives_dp_and_defaults():
     (dict(vpp=2), "vpp", "interleaved"),
     (dict(zero_stage=3), "zero_stage", "pp=1"),
     (dict(tp="two"), "tp", "integer"),
+    (dict(tp=float("nan")), "tp", "finite"),
+    (dict(intra_node_bw_GBps=float("inf")), "intra_node_bw_GBps", "finite"),
     (dict(hidden_sise=4), "hidden_sise", "did you mean 'hidden_size'"),
 ])
 def test_each_rule_names_field_and_fix(changes, field, hint):
