@@ -14,6 +14,11 @@ from vtrain.costmodel.correction import COLLECTIVE_OPS, OP_CLASSES
 from vtrain.costmodel.hardware import lookup_gpu
 
 UNMODELLED_NETWORKS = ("pairwise-nvlink",)
+UNMODELLED_GPUS = ("v100", "cpu")  # DGX-1 hybrid cube-mesh NVLink: not the NVSwitch fabric the model assumes
+# Networks whose inter-node link the source does not state: Vidur's two-node DGX runs reach ~6 GB/s
+# per GPU across nodes, far below a DGX cluster's 8 x 200 Gb/s, so their cross-node rows would
+# teach the model the wrong network. Their intra-node rows are kept.
+UNSTATED_INTER_NODE_NETWORKS = ("dgx-a100", "dgx-h100")
 
 
 @dataclass
@@ -80,11 +85,12 @@ def collective_set(collectives: pd.DataFrame) -> CollectiveSet:
     intra, inter, keep = [], [], []
     for gpu, network in zip(collectives["gpu"], collectives["network"]):
         spec = lookup_gpu(gpu)
-        ok = spec is not None and spec.name != "cpu" and network not in UNMODELLED_NETWORKS
+        ok = spec is not None and spec.name not in UNMODELLED_GPUS and network not in UNMODELLED_NETWORKS
         keep.append(ok)
         intra.append(spec.nvlink_GBps * 1e9 if ok else np.nan)
         inter.append(spec.nic_Gbps * 1e9 / 8.0 if ok else np.nan)
     df = collectives.assign(intra_bw=intra, inter_bw=inter)[np.array(keep, dtype=bool)]
+    df = df[~(df["network"].isin(UNSTATED_INTER_NODE_NETWORKS) & (df["ranks_per_node"] < df["group_size"]))]
     df = df[(df["time_s"] > 0) & (df["bytes"] > 0) & (df["group_size"] > 1) & df["op"].isin(COLLECTIVE_OPS)]
     by_op = {}
     for op, part in df.groupby("op"):

@@ -16,7 +16,7 @@ FEATURES = {
             "log2 peak FLOP/s", "log2 HBM bytes/s"],
     "collectives": ["log2 bytes", "log2 group", "crosses node", "log2 link bytes/s", "op one-hot x5"],
     "global": ["log2 tp", "log2 pp", "log2 dp", "log2 micro_batch", "log2 micro-batches", "log2 hidden",
-               "log2 seq", "log2 layers/stage", "recompute", "sequence parallel", "tp crosses node"],
+               "log2 seq", "log2 layers/stage", "recompute", "sequence parallel"],
 }
 assert len(FEATURES["ops"]) == N_OP_FEATURES and len(FEATURES["global"]) == N_RUN_FEATURES
 assert N_COLLECTIVE_FEATURES == 9
