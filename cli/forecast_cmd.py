@@ -4,9 +4,7 @@ Only typer is imported at module level; pyarrow/numpy (and jax with --devices) l
 """
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +12,7 @@ import typer
 
 from vtrain.cli.app import app
 from vtrain.cli.options import CheckpointOpt
+from vtrain.costmodel.atomic import atomic_write
 from vtrain.costmodel.errors import UserError
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
@@ -102,14 +101,7 @@ def draw_plot(report, path: Path) -> None:
     shown = f"top {len(values)} of {report.valid:,} valid jobs" if report.valid > len(values) else "all valid jobs"
     ax.set_title(f"{metric} per job ({shown})")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
-                               suffix=path.suffix)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format=path.suffix.lower().lstrip("."))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lower().lstrip(".")))
     finally:
         plt.close(fig)

@@ -3,15 +3,14 @@
 Imports only typer and light modules at import time; numpy/JAX/matplotlib load inside the commands.
 """
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from vtrain.cli.app import app
+from vtrain.costmodel.atomic import atomic_write
 from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
 
 # Canonical parallel fields that restrict the search space when given as flags.
@@ -38,20 +37,6 @@ def _list(value: Optional[str], name: str, allowed) -> Optional[tuple]:
     if bad or not items:
         raise UserError(f"--{name}: '{value}' is not a comma-separated list of {', '.join(allowed)}")
     return items
-
-
-def atomic_write(path: Path, write) -> None:
-    """Write through a temp file in the same folder (keeping the suffix), then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix or ".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
@@ -360,7 +345,7 @@ def plan(
         s = r.get("strategy")
         strat = (f"tp={s['tp']} pp={s['pp']} dp={s['dp']} mb={s['micro_batch']} {s['recompute']}"
                  if s else r.get("reason", "")[:60])
-        mark = "[green]yes[/green]" if r.get("fits_budget") else f"[red]no[/red]"
+        mark = "[green]yes[/green]" if r.get("fits_budget") else "[red]no[/red]"
         if r is res.recommended:
             mark = "[bold green]<= recommended[/bold green]"
         table.add_row(f"{r['num_parameters'] / 1e9:.2f}B", f"{r['num_layers']} x {r['hidden_size']}",

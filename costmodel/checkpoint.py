@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from vtrain.costmodel.atomic import atomic_write
 from vtrain.costmodel.errors import UserError
 
 FORMAT_VERSION = 1
@@ -79,19 +79,28 @@ def load(name_or_path: str | os.PathLike = DEFAULT_NAME) -> tuple[dict, dict]:
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint '{path}' has format {meta.get('format_version')!r}, this vtrain reads "
                               f"format {FORMAT_VERSION}; retrain with `vtrain fit` or use --checkpoint none")
-    return unflatten(flat), meta
+    params = unflatten(flat)
+    _check_compatible(params, path)
+    return params, meta
 
 
-def _atomic_write(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _check_compatible(params: dict, path: Path) -> None:
+    """Every network's input width must match the features this version computes."""
+    from vtrain.costmodel.correction import N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
+
+    expected = {"global": N_RUN_FEATURES, "collectives": N_COLLECTIVE_FEATURES}
+    expected.update({f"ops/{cls}": N_OP_FEATURES for cls in params.get("ops", {})})
+    for name, width in expected.items():
+        node = params
+        for part in name.split("/"):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        kernel = node.get("Dense_0", {}).get("kernel") if isinstance(node, dict) else None
+        if kernel is None:
+            continue
+        if kernel.ndim != 2 or kernel.shape[0] != width:
+            raise CheckpointError(f"checkpoint '{path}' is incompatible with this vtrain ({name} expects {width} "
+                                  f"features, the file has {kernel.shape[0] if kernel.ndim == 2 else '?'}); retrain "
+                                  "with `vtrain fit` or use --checkpoint none")
 
 
 def save(path: str | os.PathLike, params: dict, metadata: dict) -> Path:
@@ -109,6 +118,6 @@ def save(path: str | os.PathLike, params: dict, metadata: dict) -> Path:
     def write_json(tmp):
         Path(tmp).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
-    _atomic_write(path, write_npz)
-    _atomic_write(path.with_suffix(".json"), write_json)
+    atomic_write(path, write_npz)
+    atomic_write(path.with_suffix(".json"), write_json)
     return path

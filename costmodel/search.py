@@ -32,7 +32,7 @@ from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS
-from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, TrainConfig, build_config
+from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, TrainConfig
 
 GiB = 1024.0**3
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")

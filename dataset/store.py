@@ -7,8 +7,6 @@ The first measurement of a (configuration, hardware) wins.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vtrain.costmodel.atomic import atomic_write
 from vtrain.costmodel.errors import UserError
 from vtrain.dataset.schema import SCHEMAS, TABLES, columns, key_columns
 
@@ -82,15 +81,7 @@ def write_part(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     arrow = to_arrow(df, table)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=folder)
-    os.close(fd)
-    try:
-        pq.write_table(arrow, tmp)
-        final = folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet"
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet", lambda tmp: pq.write_table(arrow, tmp))
     return len(df)
 
 

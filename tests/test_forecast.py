@@ -6,12 +6,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 

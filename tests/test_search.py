@@ -10,7 +10,7 @@ from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.presets import lookup_model
 from vtrain.costmodel.search import (SearchSpace, encode_strategies, enumerate_strategies, guided_search,
-                                     objective_key, search, sensitivity, strategy_values)
+                                     search, sensitivity, strategy_values)
 from vtrain.costmodel.simulator import simulate
 from vtrain.costmodel.spec import ConfigError, build_config
 

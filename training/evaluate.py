@@ -128,10 +128,9 @@ def summarize_measurements(predictions: pd.DataFrame) -> pd.DataFrame:
 
 def plot_predictions(predictions: pd.DataFrame, path) -> None:
     """Predicted-vs-measured scatter (log-log), one colour per setting, saved as PNG atomically."""
-    import os
-    import tempfile
-
     import matplotlib
+
+    from vtrain.costmodel.atomic import atomic_write
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -146,16 +145,10 @@ def plot_predictions(predictions: pd.DataFrame, path) -> None:
            ylabel="predicted iteration time (s)", title="vtrain held-out predictions")
     ax.legend()
     fig.tight_layout()
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 __all__ = ["cross_validate_runs", "cross_validate_measurements", "summarize", "summarize_measurements",

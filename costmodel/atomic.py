@@ -1,0 +1,27 @@
+"""Atomic file writes: write to a temporary file in the target's folder, then os.replace.
+
+A failure (or interrupt) part-way leaves any existing file untouched and no temporary behind.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
+    """Call `write(tmp_path)` to produce the content, then move it over `path`. Returns `path`.
+    The temporary file keeps `path`'s suffix, so writers that infer the format from it work."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=path.suffix or ".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
