@@ -49,9 +49,8 @@ def fit(
             pred = simulate(encode_runs(part), params)["iteration_time_s"]
             validation["runs_holdout"] = error_stats(pred, part["iteration_time_s"].to_numpy())
     meta = dict(
-        vtrain_version=__version__, data_hash=ds.fingerprint, dataset_dir=str(dataset_dir),
-        command="vtrain " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("vtrain") else f"vtrain fit {dataset_dir} "
-        f"-o {output} --steps {steps} --seed {seed}",
+        vtrain_version=__version__, data_hash=ds.fingerprint, dataset_dir=str(dataset_dir), sources=ds.sources,
+        command=f"vtrain fit {dataset_dir} -o {output} --steps {steps} --seed {seed}",
         validation=validation, **report,
     )
     path = ckpt.save(output, params, meta)

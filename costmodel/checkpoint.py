@@ -88,18 +88,20 @@ def _check_compatible(params: dict, path: Path) -> None:
     """Every network's input width must match the features this version computes."""
     from vtrain.costmodel.correction import N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
 
-    expected = {"global": N_RUN_FEATURES, "collectives": N_COLLECTIVE_FEATURES}
-    expected.update({f"ops/{cls}": N_OP_FEATURES for cls in params.get("ops", {})})
-    for name, width in expected.items():
+    expected = {"global": (N_RUN_FEATURES, 3), "collectives": (N_COLLECTIVE_FEATURES, 2)}
+    expected.update({f"ops/{cls}": (N_OP_FEATURES, 1) for cls in params.get("ops", {})})
+    for name, (width, outputs) in expected.items():
         node = params
         for part in name.split("/"):
             node = node.get(part, {}) if isinstance(node, dict) else {}
         kernel = node.get("Dense_0", {}).get("kernel") if isinstance(node, dict) else None
         if kernel is None:
             continue
-        if kernel.ndim != 2 or kernel.shape[0] != width:
+        last = node[max((k for k in node if k.startswith("Dense_")), key=lambda k: int(k.split("_")[1]))]["kernel"]
+        if kernel.ndim != 2 or kernel.shape[0] != width or last.ndim != 2 or last.shape[1] != outputs:
             raise CheckpointError(f"checkpoint '{path}' is incompatible with this vtrain ({name} expects {width} "
-                                  f"features, the file has {kernel.shape[0] if kernel.ndim == 2 else '?'}); retrain "
+                                  f"inputs and {outputs} outputs, the file has {tuple(kernel.shape)} -> "
+                                  f"{tuple(last.shape)}); retrain "
                                   "with `vtrain fit` or use --checkpoint none")
 
 

@@ -5,9 +5,11 @@ configuration (see `encode.py`), and returns a dict of arrays in seconds / bytes
 array code, so the same function runs on numpy (fast single predictions, no JAX import) and
 under `jax.jit`, `jax.vmap` and `jax.grad` with `xp=jax.numpy`.
 
-Op time = roofline time / efficiency + launch overhead, where the roofline time is
-max(FLOP / peak FLOP/s, bytes / HBM bytes/s) and the efficiency comes from BASE_EFFICIENCY or,
-when a learned `correction` is given, from its per-op-class network.
+Kernel time = roofline time / efficiency, where the roofline time is max(FLOP / peak FLOP/s,
+bytes / HBM bytes/s) and the efficiency comes from BASE_EFFICIENCY or, when a learned `correction`
+is given, from its per-op-class network. Kernels are launched asynchronously by the host, so a
+sequence of ops takes max(sum of kernel times, kernels launched x dispatch cost): small models
+are dispatch-bound, large ones kernel-bound.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ BASE_EFFICIENCY = {
     "elementwise": 0.70,
     "embedding": 0.50,
 }
-LAUNCH_OVERHEAD_S = 8e-6  # per kernel (CUDA launch + eager-framework dispatch, seconds)
+DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
 BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "overhead")
@@ -42,15 +44,16 @@ def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
     return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
 
 
-def op_time(op: dict, hw: dict, correction, xp):
-    """Seconds for one op on one GPU, including kernel launch overhead."""
-    peak = hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"]
-    launches = op["kernels"] * xp.where(op["bytes"] > 0, 1.0, 0.0)
-    return kernel_time(op, peak, hw["hbm_bw"], correction, xp) + launches * LAUNCH_OVERHEAD_S
-
-
-def ops_time(op_list: list[dict], hw: dict, correction, xp):
-    return sum(op_time(op, hw, correction, xp) for op in op_list)
+def ops_time(op_list: list[dict], hw: dict, correction, xp, dispatch_s=DISPATCH_S):
+    """Seconds for a sequence of ops on one GPU: the GPU's kernel time or the host's dispatch
+    time, whichever is longer (launches are asynchronous)."""
+    gpu = 0.0
+    launches = 0.0
+    for op in op_list:
+        peak = hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"]
+        gpu = gpu + kernel_time(op, peak, hw["hbm_bw"], correction, xp)
+        launches = launches + op["kernels"] * xp.where(op["bytes"] > 0, 1.0, 0.0)
+    return xp.maximum(gpu, launches * dispatch_s)
 
 
 def _tp_comm_per_layer(d, net, correction, xp):
@@ -81,16 +84,19 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     m = d["num_micro_batches"]
     layers_per_stage = d["layers"] / pp
 
+    factor, overhead_per_mb, dispatch_mult = global_adjustment(correction, d, xp)
+    dispatch = DISPATCH_S * dispatch_mult
+
     # --- compute per layer and micro-batch ---
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
     rec = opgraph.recompute_ops(fwd, d["recompute"], xp)
-    t_fwd = ops_time(fwd, hw, correction, xp)
-    t_bwd = ops_time(bwd, hw, correction, xp) + ops_time(rec, hw, correction, xp)
+    t_fwd = ops_time(fwd, hw, correction, xp, dispatch)
+    t_bwd = ops_time(bwd, hw, correction, xp, dispatch) + ops_time(rec, hw, correction, xp, dispatch)
     emb = opgraph.embedding_ops(d, xp)
-    t_emb = ops_time(emb, hw, correction, xp) + ops_time(opgraph.backward_ops(emb, xp), hw, correction, xp)
+    t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp, dispatch)
     head = opgraph.head_ops(d, xp)
-    t_head = ops_time(head, hw, correction, xp) + ops_time(opgraph.backward_ops(head, xp), hw, correction, xp)
+    t_head = ops_time(head + opgraph.backward_ops(head, xp), hw, correction, xp, dispatch)
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
@@ -140,9 +146,8 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
 
     optimizer_params = stage_params / xp.where(d["zero_stage"] >= 1, dp, 1.0)
     optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d["hbm_bw"]) + \
-        ADAM_KERNELS * LAUNCH_OVERHEAD_S
+        ADAM_KERNELS * dispatch
 
-    factor, overhead_per_mb = global_adjustment(correction, d, xp)
     breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"], dp_comm=dp_comm,
                      bubble=pipe["bubble"], optimizer=optimizer, overhead=m * overhead_per_mb)
     breakdown = {k: v * factor for k, v in breakdown.items()}

@@ -25,6 +25,7 @@ class Dataset:
     kernels: KernelSet
     collectives: CollectiveSet
     fingerprint: str
+    sources: dict  # table -> sorted list of the `source` labels its rows came from
 
 
 def fingerprint(dataset_dir: Path) -> str:
@@ -43,13 +44,15 @@ def load_dataset(dataset_dir: str | Path, seed: int = 0) -> Dataset:
         raise UserError(f"DATASET_DIR: '{dataset_dir}' is not a directory; create one with "
                         "`vtrain dataset import SRC... -o DATASET_DIR`")
     runs = store.load(dataset_dir, "runs").reset_index(drop=True)
-    kernels = subsample_kernels(kernel_set(store.load(dataset_dir, "kernels")), MAX_KERNEL_ROWS, seed)
-    collectives = subsample_collectives(collective_set(store.load(dataset_dir, "collectives")),
-                                        MAX_COLLECTIVE_ROWS, seed)
+    kernel_rows, collective_rows = store.load(dataset_dir, "kernels"), store.load(dataset_dir, "collectives")
+    kernels = subsample_kernels(kernel_set(kernel_rows), MAX_KERNEL_ROWS, seed)
+    collectives = subsample_collectives(collective_set(collective_rows), MAX_COLLECTIVE_ROWS, seed)
+    sources = {name: sorted(frame["source"].astype(str).unique().tolist())
+               for name, frame in (("runs", runs), ("kernels", kernel_rows), ("collectives", collective_rows))}
     if len(runs) == 0 and kernels.rows == 0 and collectives.rows == 0:
         raise UserError(f"DATASET_DIR: '{dataset_dir}' has no usable runs, kernels or collectives rows; import "
                         "measurements with `vtrain dataset import` or `vtrain profile`")
-    return Dataset(runs, kernels, collectives, fingerprint(dataset_dir))
+    return Dataset(runs, kernels, collectives, fingerprint(dataset_dir), sources)
 
 
 def balanced_run_weights(runs: pd.DataFrame) -> np.ndarray:
