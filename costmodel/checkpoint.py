@@ -88,7 +88,7 @@ def _check_compatible(params: dict, path: Path) -> None:
     """Every network's input width must match the features this version computes."""
     from vtrain.costmodel.correction import N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
 
-    expected = {"global": (N_RUN_FEATURES, 3), "collectives": (N_COLLECTIVE_FEATURES, 2)}
+    expected = {"global": (N_RUN_FEATURES, 2), "collectives": (N_COLLECTIVE_FEATURES, 2)}
     expected.update({f"ops/{cls}": (N_OP_FEATURES, 1) for cls in params.get("ops", {})})
     for name, (width, outputs) in expected.items():
         node = params

@@ -38,7 +38,7 @@ BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimiz
 
 
 def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
-    """Seconds the op's kernels run on the GPU: roofline time / efficiency (no launch overhead)."""
+    """Seconds the op's kernels occupy the GPU: roofline time / efficiency."""
     roofline = xp.maximum(op["flops"] / peak_flops, op["bytes"] / hbm_bw)
     hw = dict(peak_flops=peak_flops, hbm_bw=hbm_bw)
     return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
@@ -84,8 +84,8 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     m = d["num_micro_batches"]
     layers_per_stage = d["layers"] / pp
 
-    factor, overhead_per_mb, dispatch_mult = global_adjustment(correction, d, xp)
-    dispatch = DISPATCH_S * dispatch_mult
+    factor, overhead_per_mb = global_adjustment(correction, d, xp)
+    dispatch = DISPATCH_S
 
     # --- compute per layer and micro-batch ---
     fwd = opgraph.layer_forward_ops(d, xp)

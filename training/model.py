@@ -43,7 +43,7 @@ def init_correction(seed: int = 0) -> dict:
     for i, cls in enumerate(OP_CLASSES):
         ops[cls] = CorrectionMLP(1).init(keys[i], jnp.zeros((1, N_OP_FEATURES)))["params"]
     collectives = CorrectionMLP(2).init(keys[-2], jnp.zeros((1, N_COLLECTIVE_FEATURES)))["params"]
-    global_ = CorrectionMLP(3, output_bias=(0.0, OVERHEAD_INIT_BIAS, 0.0)).init(
+    global_ = CorrectionMLP(2, output_bias=(0.0, OVERHEAD_INIT_BIAS)).init(
         keys[-1], jnp.zeros((1, N_RUN_FEATURES)))["params"]
     return jax.tree_util.tree_map(jnp.asarray, {"ops": ops, "collectives": collectives, "global": global_})
 
