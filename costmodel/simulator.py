@@ -85,18 +85,17 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     layers_per_stage = d["layers"] / pp
 
     factor, overhead_per_mb = global_adjustment(correction, d, xp)
-    dispatch = DISPATCH_S
 
     # --- compute per layer and micro-batch ---
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
     rec = opgraph.recompute_ops(fwd, d["recompute"], xp)
-    t_fwd = ops_time(fwd, hw, correction, xp, dispatch)
-    t_bwd = ops_time(bwd, hw, correction, xp, dispatch) + ops_time(rec, hw, correction, xp, dispatch)
+    t_fwd = ops_time(fwd, hw, correction, xp)
+    t_bwd = ops_time(bwd, hw, correction, xp) + ops_time(rec, hw, correction, xp)
     emb = opgraph.embedding_ops(d, xp)
-    t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp, dispatch)
+    t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp)
     head = opgraph.head_ops(d, xp)
-    t_head = ops_time(head + opgraph.backward_ops(head, xp), hw, correction, xp, dispatch)
+    t_head = ops_time(head + opgraph.backward_ops(head, xp), hw, correction, xp)
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
@@ -146,7 +145,7 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
 
     optimizer_params = stage_params / xp.where(d["zero_stage"] >= 1, dp, 1.0)
     optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d["hbm_bw"]) + \
-        ADAM_KERNELS * dispatch
+        ADAM_KERNELS * DISPATCH_S
 
     breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"], dp_comm=dp_comm,
                      bubble=pipe["bubble"], optimizer=optimizer, overhead=m * overhead_per_mb)
