@@ -16,7 +16,7 @@ def fit(
     dataset_dir: Path = typer.Argument(..., help="Dataset directory (from `vtrain dataset import` / `vtrain profile`)."),
     output: Path = typer.Option(DEFAULT_OUTPUT, "--output", "-o", help="Checkpoint path (.npz; a .json with the "
                                                                          "metadata is written beside it)."),
-    steps: int = typer.Option(2500, "--steps", help="Maximum Adam steps (early stopping may end sooner)."),
+    steps: int = typer.Option(6000, "--steps", help="Maximum Adam steps (early stopping may end sooner)."),
     seed: int = typer.Option(0, "--seed", help="Random seed (training is deterministic for a seed)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
@@ -24,7 +24,7 @@ def fit(
     from vtrain.costmodel.errors import UserError
 
     if steps <= 0:
-        raise UserError(f"--steps: {steps} must be a positive number of steps, e.g. 2500")
+        raise UserError(f"--steps: {steps} must be a positive number of steps, e.g. 6000")
     import numpy as np
 
     from vtrain import __version__
@@ -70,7 +70,7 @@ def validate(
                                              "directly on the dataset's rows (e.g. new hardware it never saw)."),
     folds: Optional[int] = typer.Option(None, "--folds", "-k", help="Folds grouped by model shape (default: "
                                                                      "leave one shape out)."),
-    steps: int = typer.Option(1500, "--steps", help="Adam steps per fold."),
+    steps: int = typer.Option(6000, "--steps", help="Maximum Adam steps per fold (the same recipe as `vtrain fit`)."),
     seed: int = typer.Option(0, "--seed"),
     kernels: bool = typer.Option(True, "--kernels/--no-kernels", help="Also cross-validate kernel and "
                                                                        "collective rows on held-out shapes."),

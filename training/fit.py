@@ -62,7 +62,7 @@ class FitData:
 
 @dataclass
 class FitSettings:
-    steps: int = 2500
+    steps: int = 6000
     learning_rate: float = 3e-3
     weight_decay: float = 1e-4
     run_weight: float = 1.0
