@@ -12,9 +12,10 @@ from __future__ import annotations
 from vtrain.costmodel.config_files import resolve_config
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.predictor import Prediction, Predictor, TrainingCost
-from vtrain.costmodel.spec import ConfigError, TrainConfig, build_config
+from vtrain.costmodel.spec import ConfigError, TrainConfig, build_config, with_changes
 
 __version__ = "0.1.0"
+
 
 def load_config(path: str | None = None, model: str | None = None, **fields) -> TrainConfig:
     """A validated config from a file (TOML/JSON/vTrain/HF), a model preset and canonical fields."""
@@ -31,7 +32,7 @@ def predict(config: TrainConfig | str | dict, checkpoint: str | None = "default"
     canonical fields; keyword fields override it."""
     if isinstance(config, TrainConfig):
         if fields:
-            config = build_config({**config.flat(), **fields})
+            config = with_changes(config, **fields)  # changing tp/pp re-derives dp at the same GPU count
     elif isinstance(config, dict):
         config = build_config({**config, **fields})
     else:
@@ -49,5 +50,21 @@ def forecast(jobs, checkpoint: str | None = "default", devices=None, price_per_g
     return forecast_frame(jobs, checkpoint=checkpoint, devices=devices, price_per_gpu_hour=price_per_gpu_hour)
 
 
+def search(config: TrainConfig, checkpoint: str | None = "default", objective: str = "time", top: int = 10,
+           num_gpus: int | None = None, max_gpus: int | None = None, tokens: float | None = None,
+           price_per_gpu_hour: float | None = None, **space):
+    """Best strategies for `config`'s model, cluster and global batch (its own layout is ignored):
+    every valid strategy on `num_gpus` (default: the config's) or on up to `max_gpus` GPUs that fits
+    in memory, ranked by `objective` ('time', 'cost' or 'tokens-per-dollar'). Extra keywords go to
+    `vtrain.costmodel.search.SearchSpace` (max_tp=..., recompute=("selective", "full"), ...)."""
+    from vtrain.costmodel.search import SearchSpace, search as run_search
+
+    if num_gpus is None and max_gpus is None:
+        num_gpus = config.parallel.num_gpus
+    space = SearchSpace(num_gpus=num_gpus, max_gpus=max_gpus, **space)
+    return run_search(config, space, get_predictor(checkpoint), objective=objective, top=top,
+                      price_per_gpu_hour=price_per_gpu_hour, tokens=tokens)
+
+
 __all__ = ["ConfigError", "Prediction", "Predictor", "TrainConfig", "TrainingCost", "UserError", "build_config",
-           "forecast", "get_predictor", "load_config", "predict"]
+           "forecast", "get_predictor", "load_config", "predict", "search"]

@@ -301,12 +301,13 @@ def build_config(values: dict) -> TrainConfig:
 
 
 def with_changes(config: TrainConfig, **changes) -> TrainConfig:
-    """A re-validated copy of `config` with some canonical fields changed."""
+    """A re-validated copy of `config` with some canonical fields changed. Changing tp/pp keeps the
+    GPU count and re-derives dp; changing dp (without num_gpus) re-derives the GPU count."""
     flat = config.flat()
-    if "num_gpus" not in changes and any(k in changes for k in ("tp", "pp", "dp")):
+    if "dp" in changes and "num_gpus" not in changes:
         flat.pop("num_gpus")
-        if "dp" not in changes:
-            flat.pop("dp")
+    elif any(k in changes for k in ("tp", "pp", "num_gpus")) and "dp" not in changes:
+        flat.pop("dp")
     flat.update(changes)
     return build_config(flat)
 
