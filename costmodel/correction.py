@@ -5,7 +5,7 @@ model's own parameters:
 - per op class, an efficiency in (0, 1] relative to the roofline time,
   eff = sigmoid(logit(base_eff) + mlp(features));
 - per collective, a bandwidth efficiency in (0, 1] and a latency multiplier exp(mlp) in [1/8, 8];
-- a global log-time factor for what op sums miss (overlap slowdown, framework overhead),
+- a global time factor in [0.8, 1.65] for what op sums miss (overlap slowdown, framework overhead),
   and a per-micro-batch framework overhead in seconds.
 (A learned multiplier of the host's dispatch time was tried and dropped: it fitted the training
 shapes better and held-out shapes worse.)
@@ -106,8 +106,17 @@ def global_adjustment(correction: dict | None, d: dict, xp):
     """(multiplicative time factor, framework overhead per micro-batch in seconds)."""
     if correction is None or "global" not in correction:
         return 1.0, 0.0
-    raw = mlp_apply(correction["global"], run_features(d, xp), xp)
-    factor = xp.exp(0.5 * xp.tanh(raw[..., 0]))  # within [0.61, 1.65]
+    features = run_features(d, xp)
+    seen = correction.get("feature_range", {}).get("global")
+    if seen is not None:
+        # Clamp to the range the network was trained on: no extrapolation beyond the training runs.
+        features = xp.clip(features, seen["min"], seen["max"])
+    raw = mlp_apply(correction["global"], features, xp)
+    # Within [0.8, 1.65]: mostly slowdowns; large speed-ups must come from op efficiencies, which
+    # the roofline bounds. (A factor down to 0.61 traded a global speed-up for a large per-micro-batch
+    # overhead, which fits small models and extrapolates badly to large ones.)
+    t = xp.tanh(raw[..., 0])
+    factor = xp.exp(xp.where(t > 0, 0.5 * t, 0.2231 * t))
     # The output bias starts at OVERHEAD_INIT_BIAS, i.e. ~0.3 microseconds: effectively zero.
     overhead = 1e-3 * xp.exp(xp.clip(raw[..., 1], -20.0, 5.0))
     return factor, overhead

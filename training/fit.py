@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 from vtrain.costmodel.collectives import collective_time
+from vtrain.costmodel.correction import run_features
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.measurements import CollectiveSet, KernelSet, take_collectives, take_kernels
 from vtrain.training.model import init_correction
@@ -138,6 +139,7 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
     train, val = data.split(settings.validation_fraction, settings.seed)
     train_arrays, val_arrays = _device_data(train), _device_data(val)
     params = init if init is not None else init_correction(settings.seed)
+    params = {k: v for k, v in params.items() if k != "feature_range"}  # not trainable; recomputed below
     params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), params)
     optimizer = optax.adamw(settings.learning_rate, weight_decay=settings.weight_decay)
     opt_state = optimizer.init(params)
@@ -170,7 +172,12 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
                     if stale >= settings.patience:
                         break
         progress.update(task, completed=settings.steps)
-    return FitResult(params=best[1], history=history, best_step=best[2])
+    params = dict(best[1])
+    if data.runs is not None and len(data.run_times):
+        # The global term only ever sees features inside the range of the runs it was trained on.
+        features = np.asarray(run_features(data.runs, np))
+        params["feature_range"] = {"global": {"min": features.min(axis=0), "max": features.max(axis=0)}}
+    return FitResult(params=params, history=history, best_step=best[2])
 
 
 class _NoProgress:

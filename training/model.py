@@ -56,4 +56,6 @@ def to_numpy(params: dict) -> dict:
 
 
 def param_count(params: dict) -> int:
-    return int(sum(x.size for x in jax.tree_util.tree_leaves(params)))
+    """Trainable parameters (the stored feature ranges are not counted)."""
+    trainable = {k: v for k, v in params.items() if k != "feature_range"}
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(trainable)))
