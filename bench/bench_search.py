@@ -12,20 +12,21 @@ import time
 import numpy as np
 
 MTNLG = ["search", "--model", "mt-nlg-530b", "--gpu", "a100-80gb", "--global-batch", "1920", "--max-tp", "16",
-         "--max-dp", "32", "--checkpoint", "none"]
+         "--max-dp", "32"]
 
 
-def evals_per_second(repeats: int = 5) -> None:
+def evals_per_second(checkpoint: str, repeats: int = 5) -> None:
     t0 = time.perf_counter()
     from vtrain.costmodel import search as S
     from vtrain.costmodel.predictor import Predictor
     from vtrain.costmodel.presets import lookup_model
+    from vtrain.costmodel.spec import build_config
 
-    cfg = S.build_config(dict(lookup_model("gpt3-175b"), gpu="a100-80gb", global_batch=1536))
+    cfg = build_config(dict(lookup_model("gpt3-175b"), gpu="a100-80gb", global_batch=1536))
     strategies = S.enumerate_strategies(cfg, S.SearchSpace(max_gpus=4096, max_micro_batch=64))
     d = S.encode_strategies(cfg, strategies)
     n = len(d["tp"])
-    predictor = Predictor.load("none")
+    predictor = Predictor.load(checkpoint)
     t1 = time.perf_counter()
     S.evaluate(predictor, {k: v[: S.BUCKETS[-1]] for k, v in d.items()})  # compile
     t2 = time.perf_counter()
@@ -35,7 +36,7 @@ def evals_per_second(repeats: int = 5) -> None:
         S.evaluate(predictor, d)
         runs.append(time.perf_counter() - s)
     best = min(runs)
-    print(f"gpt3-175b: {n:,} strategies (<= 4096 GPUs, all knobs), enumerate+encode {t1 - t0:.2f} s "
+    print(f"[checkpoint {checkpoint}] gpt3-175b: {n:,} strategies (<= 4096 GPUs, all knobs), enumerate+encode {t1 - t0:.2f} s "
           f"(incl. imports), compile {t2 - t1:.2f} s")
     print(f"  after compile: {n / best:,.0f} evaluations/s (best of {repeats}; median {n / np.median(runs):,.0f})")
     print(f"  including compile: {n / (best + t2 - t1):,.0f} evaluations/s")
@@ -62,14 +63,17 @@ def cli_wall(args, cache_dir, label) -> None:
 
 def main() -> None:
     print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}")
-    evals_per_second()
-    with tempfile.TemporaryDirectory() as cache:
-        for space, extra in (("3,360 GPUs", ["--num-gpus", "3360"]), ("<= 53,760 GPUs", ["--max-gpus", "53760"])):
-            print(f"vtrain search MT-NLG 530B, {space} (subprocess, JAX start included):")
-            cli_wall(MTNLG + extra + ["--no-sensitivity"], "0", "no compilation cache, --no-sensitivity")
-            cli_wall(MTNLG + extra, "0", "no compilation cache, with sensitivity (jax.grad)")
-            cli_wall(MTNLG + extra, cache, "persistent cache, first run")
-            cli_wall(MTNLG + extra, cache, "persistent cache, warm")
+    for checkpoint in ("none", "default"):
+        evals_per_second(checkpoint)
+    for checkpoint in ("none", "default"):
+        with tempfile.TemporaryDirectory() as cache:
+            for space, extra in (("3,360 GPUs", ["--num-gpus", "3360"]), ("<= 53,760 GPUs", ["--max-gpus", "53760"])):
+                print(f"vtrain search MT-NLG 530B, {space}, checkpoint {checkpoint} (subprocess, JAX start included):")
+                extra = extra + ["--checkpoint", checkpoint]
+                cli_wall(MTNLG + extra + ["--no-sensitivity"], "0", "no compilation cache, --no-sensitivity")
+                cli_wall(MTNLG + extra, "0", "no compilation cache, with sensitivity (jax.grad)")
+                cli_wall(MTNLG + extra, cache, "persistent cache, first run")
+                cli_wall(MTNLG + extra, cache, "persistent cache, warm")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
