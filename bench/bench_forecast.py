@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--devices", default="numpy")
     ap.add_argument("--chunk-rows", type=int, default=65536)
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--checkpoint", default="default", help="correction checkpoint (default: shipped; none = analytical)")
     ap.add_argument("--generate-only", metavar="PATH", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate_only:
@@ -75,7 +76,7 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--rows", str(args.rows), "--generate-only", str(jobs)], check=True)
         print(f"generated {args.rows:,} jobs in {time.perf_counter() - t0:.1f} s ({jobs.stat().st_size / 1e6:.0f} MB)", flush=True)
         vtrain = shutil.which("vtrain") or str(Path(sys.executable).with_name("vtrain"))
-        cmd = [vtrain, "forecast", str(jobs), "-o", str(out), "--checkpoint", "none", "--no-progress",
+        cmd = [vtrain, "forecast", str(jobs), "-o", str(out), "--checkpoint", args.checkpoint, "--no-progress",
                "--devices", args.devices, "--chunk-rows", str(args.chunk_rows)]
         t0 = time.perf_counter()
         sys.stdout.flush()
