@@ -73,16 +73,16 @@ def predict(
     if config is None and model is None and fields.get("num_layers") is None:
         raise UserError("config: give a config file, --model PRESET, or the model fields (--num-layers ...); "
                         "see `vtrain predict --help`")
+    if price_per_gpu_hour < 0:
+        raise UserError(f"--price-per-gpu-hour: {price_per_gpu_hour} must be >= 0")
+    if tokens is not None and tokens <= 0:
+        raise UserError(f"--tokens: {tokens} must be positive, e.g. 300e9")
     overrides = config_overrides(gpu=gpu, **fields)
     cfg = resolve_config(config, model, overrides)
     table = load_allreduce_table(allreduce_table) if allreduce_table else None
     predictor = Predictor.load(checkpoint, allreduce_table=table)
     result = predictor.predict(cfg)
     cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None
-    if price_per_gpu_hour < 0:
-        raise UserError(f"--price-per-gpu-hour: {price_per_gpu_hour} must be >= 0")
-    if tokens is not None and tokens <= 0:
-        raise UserError(f"--tokens: {tokens} must be positive, e.g. 300e9")
 
     if as_json:
         out = dict(

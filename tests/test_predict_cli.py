@@ -74,3 +74,22 @@ def test_vtrain_config_file_front_door(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["config"]["tp"] == 2 and out["config"]["recompute"] == "full"
+
+
+def test_measured_allreduce_table_replaces_the_intra_node_model(cli, tmp_path):
+    # nccl-tests LUT in vTrain's format: size, count, type, time(ns), busbw, time(ns), busbw (in-place last)
+    lut = tmp_path / "AR_GPU8_1M_1024M_LUT"
+    rows = ["size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)"]
+    for i in range(1, 65):
+        size = i * 1024 * 1024
+        rows.append(f"{size},{size // 4},float,{i * 1e6:.0f},1.0,{i * 1e6:.0f},1.0")  # 1 ms per MiB: very slow
+    lut.write_text("\r\n".join(rows) + "\r\n", encoding="utf-8-sig")
+    args = ["predict", "--model", "gpt3-6.7b", "--num-gpus", "8", "--tp", "8", "--global-batch", "8", "--json",
+            "-c", "none"]
+    modelled = json.loads(cli(*args).stdout)
+    measured = json.loads(cli(*args, "--allreduce-table", tmp_path).stdout)
+    # 2 MiB... 16 MiB activations at 1 ms/MiB dwarf the modelled NVLink all-reduce
+    assert measured["breakdown"]["tp_comm"] > 10 * modelled["breakdown"]["tp_comm"]
+    assert measured["breakdown"]["compute"] == pytest.approx(modelled["breakdown"]["compute"])
+    bad = cli(*args, "--allreduce-table", tmp_path / "empty-dir")
+    assert bad.returncode == 2 and "AR_GPU" in bad.stderr
