@@ -11,8 +11,18 @@ CheckpointOpt = typer.Option("default", "--checkpoint", "-c",
                              help="Correction checkpoint: 'default' (shipped), a .npz path, or 'none' (analytical).")
 
 
+ZERO_ALLOWED = ("zero_stage",)
+
+
 def config_overrides(**flags) -> dict:
-    """Canonical-field overrides from flag values (None = not given)."""
+    """Canonical-field overrides from flag values (None = not given). Numeric flags must be positive
+    (0 means 'derive it' only inside config files and tables)."""
+    from vtrain.costmodel.errors import UserError
+
+    for name, value in flags.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ZERO_ALLOWED \
+                and value <= 0:
+            raise UserError(f"--{name.replace('_', '-')}: {value} must be a positive number")
     return {k: v for k, v in flags.items() if v is not None}
 
 

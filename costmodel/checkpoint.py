@@ -50,6 +50,8 @@ def resolve_path(name_or_path: str | os.PathLike) -> Path:
     """'default' (or another name) -> the shipped checkpoints/<name>.npz; paths pass through."""
     text = str(name_or_path)
     path = Path(text)
+    if path.is_file() and path.suffix != ".npz":
+        raise CheckpointError(f"checkpoint '{path}' is not a .npz checkpoint; give the .npz written by `vtrain fit`")
     if path.suffix == ".npz" or path.exists() or os.sep in text:
         return path if path.suffix == ".npz" else path.with_suffix(".npz")
     try:  # installed package location

@@ -165,6 +165,9 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     t = _mask(t, keep)
     t["num_gpus"] = t["tp"] * t["pp"] * t["dp"]
     t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
+    # Megatron's interleaved schedule needs the micro-batches to be a multiple of pp.
+    inter = t["schedule"] == SCHEDULES.index("interleaved")
+    t = _mask(t, ~(inter & (t["num_micro_batches"] % t["pp"] != 0)))
     return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
 
 

@@ -72,7 +72,8 @@ def _allreduce(size, group, ranks_per_node, net, correction, xp):
     table = net.get("allreduce_table")
     if table is None:
         return modelled
-    in_node = (group <= ranks_per_node) & (group >= min(table["groups"])) & (group <= max(table["groups"]))
+    measured = sum(xp.where(group == g, 1.0, 0.0) for g in table["groups"]) > 0  # only measured group sizes
+    in_node = (group <= ranks_per_node) & measured
     return xp.where(in_node, lut_allreduce_time(size, group, table, xp), modelled)
 
 

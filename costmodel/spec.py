@@ -279,6 +279,10 @@ def build_config(values: dict) -> TrainConfig:
     if global_batch % (dp * micro_batch):
         raise ConfigError("global_batch", f"{global_batch} is not divisible by dp*micro_batch={dp}*{micro_batch}"
                           f"={dp * micro_batch}; use a multiple of {dp * micro_batch}")
+    if schedule == "interleaved" and (global_batch // (dp * micro_batch)) % pp:
+        raise ConfigError("global_batch", f"the interleaved schedule needs the micro-batches per pipeline "
+                          f"({global_batch // (dp * micro_batch)}) to be a multiple of pp={pp}; use a global_batch "
+                          f"multiple of {dp * micro_batch * pp} or schedule=1f1b")
     recompute = v.get("recompute", "none")
     if recompute not in RECOMPUTE_MODES:
         raise ConfigError("recompute", f"'{recompute}' is unknown; use one of {', '.join(RECOMPUTE_MODES)}")

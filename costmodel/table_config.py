@@ -371,6 +371,11 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[dict[str, np.ndar
     E.fail(global_batch % _safe(dpmb, ok) != 0, "global_batch",
            lambda i: f"{global_batch[i]} is not divisible by dp*micro_batch={dp[i]}*{mb[i]}={dpmb[i]}; "
                      f"use a multiple of {dpmb[i]}")
+    ok = E.ok
+    micro_batches = global_batch // _safe(dpmb, ok)
+    E.fail(interleaved & (micro_batches % _safe(pp, ok) != 0), "global_batch",
+           lambda i: f"the interleaved schedule needs the micro-batches per pipeline ({micro_batches[i]}) to be a "
+                     f"multiple of pp={pp[i]}; use a global_batch multiple of {dpmb[i] * pp[i]} or schedule=1f1b")
     recompute, _ = field("recompute", "none")
     E.fail(~np.isin(recompute, RECOMPUTE_MODES), "recompute",
            lambda i: f"'{recompute[i]}' is unknown; use one of {', '.join(RECOMPUTE_MODES)}")

@@ -47,6 +47,7 @@ def test_table_output_and_presets(cli):
     (["--model", "not-a-model"], "model"),
     (["missing-file.toml"], "config"),
     (["--model", "llama2-7b", "--recompute", "half"], "recompute"),
+    (["--model", "llama2-7b", "--global-batch", "0"], "global-batch"),
 ])
 def test_bad_input_is_one_line_exit_2_no_traceback(cli, args, field):
     result = cli("predict", *args, "-c", "none")
@@ -62,6 +63,8 @@ def test_corrupt_checkpoint_is_a_clear_error(cli, tmp_path):
     result = cli("predict", "examples/gpt3-175b.toml", "--checkpoint", str(bad))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "broken.npz" in result.stderr and "vtrain fit" in result.stderr
+    not_npz = cli("predict", "examples/gpt3-175b.toml", "--checkpoint", "pyproject.toml")
+    assert not_npz.returncode == 2 and "pyproject.toml" in not_npz.stderr and ".npz" in not_npz.stderr
 
 
 def test_vtrain_config_file_front_door(cli, tmp_path):
@@ -91,5 +94,10 @@ def test_measured_allreduce_table_replaces_the_intra_node_model(cli, tmp_path):
     # 2 MiB... 16 MiB activations at 1 ms/MiB dwarf the modelled NVLink all-reduce
     assert measured["breakdown"]["tp_comm"] > 10 * modelled["breakdown"]["tp_comm"]
     assert measured["breakdown"]["compute"] == pytest.approx(modelled["breakdown"]["compute"])
+    # a group size the table does not hold (dp=4 here) falls back to the model instead of costing nothing
+    dp_only = ["predict", "--model", "gpt3-1.3b", "--num-gpus", "4", "--global-batch", "8", "--json", "-c", "none"]
+    fallback = json.loads(cli(*dp_only, "--allreduce-table", tmp_path).stdout)
+    assert fallback["breakdown"]["dp_comm"] == pytest.approx(json.loads(cli(*dp_only).stdout)["breakdown"]["dp_comm"])
+    assert fallback["breakdown"]["dp_comm"] > 0
     bad = cli(*args, "--allreduce-table", tmp_path / "empty-dir")
     assert bad.returncode == 2 and "AR_GPU" in bad.stderr

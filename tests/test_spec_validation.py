@@ -43,6 +43,7 @@ def test_valid_config_derives_dp_and_defaults():
     (dict(schedule="interleaved", vpp=4, num_layers=24), None, None),  # valid: 24 % (2*4) == 0
     (dict(schedule="interleaved", vpp=5), "pp", "pp*vpp"),
     (dict(vpp=2), "vpp", "interleaved"),
+    (dict(schedule="interleaved", vpp=2, global_batch=4), "global_batch", "multiple of pp=2"),
     (dict(zero_stage=3), "zero_stage", "pp=1"),
     (dict(tp="two"), "tp", "integer"),
     (dict(tp=float("nan")), "tp", "finite"),
