@@ -5,6 +5,8 @@ from typing import Optional
 
 import typer
 
+from vtrain.costmodel.spec import FIELD_KINDS
+
 ModelOpt = typer.Option(None, "--model", "-m", help="Model preset, e.g. gpt3-175b, llama2-70b, mt-nlg-530b.")
 GpuOpt = typer.Option(None, "--gpu", help="GPU preset: v100, a100-40gb, a100-80gb, h100-sxm, h200, b200, mi300x.")
 CheckpointOpt = typer.Option("default", "--checkpoint", "-c",
@@ -54,15 +56,9 @@ FIELD_OPTIONS = dict(
     inter_node_bw_Gbps=typer.Option(None, "--inter-node-bw-Gbps", help="NIC Gb/s per GPU."),
     precision=typer.Option(None, "--precision", help="fp16, bf16 or fp8."),
 )
-FIELD_TYPES = dict(
-    num_layers=Optional[int], hidden_size=Optional[int], num_attention_heads=Optional[int],
-    num_kv_heads=Optional[int], ffn_hidden_size=Optional[int], vocab_size=Optional[int], seq_len=Optional[int],
-    arch=Optional[str], num_gpus=Optional[int], tp=Optional[int], pp=Optional[int], dp=Optional[int],
-    micro_batch=Optional[int], global_batch=Optional[int], sequence_parallel=Optional[bool],
-    recompute=Optional[str], zero_stage=Optional[int], schedule=Optional[str], vpp=Optional[int],
-    overlap_grad_reduce=Optional[bool], gpus_per_node=Optional[int], intra_node_bw_GBps=Optional[float],
-    inter_node_bw_Gbps=Optional[float], precision=Optional[str],
-)
+# Flag value types follow the spec's field types (every flag is optional).
+FIELD_TYPES = {name: Optional[{"int": int, "float": float, "bool": bool, "str": str}[FIELD_KINDS[name]]]
+               for name in FIELD_OPTIONS}
 
 
 def with_field_options(func):

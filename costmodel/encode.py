@@ -39,7 +39,3 @@ def encode(configs: list[TrainConfig]) -> dict[str, np.ndarray]:
     rows = [config_row(c) for c in configs]
     return {key: np.array([r[key] for r in rows], dtype=np.float64) for key in rows[0]}
 
-
-def take(d: dict, index) -> dict:
-    """Select rows of an encoded batch."""
-    return {k: v[index] for k, v in d.items()}

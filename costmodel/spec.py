@@ -7,10 +7,10 @@ per direction) and Gb/s (inter-node, per GPU); sizes in tokens; everything else 
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 
 from vtrain.costmodel.errors import UserError
-from vtrain.costmodel.hardware import GPUS, gpu_names, lookup_gpu
+from vtrain.costmodel.hardware import gpu_names, lookup_gpu
 
 ARCHS = ("gpt", "llama")
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -126,11 +126,11 @@ MODEL_FIELDS = tuple(f.name for f in fields(ModelSpec))
 PARALLEL_FIELDS = tuple(f.name for f in fields(ParallelSpec))
 CLUSTER_FIELDS = tuple(f.name for f in fields(ClusterSpec))
 ALL_FIELDS = MODEL_FIELDS + PARALLEL_FIELDS + CLUSTER_FIELDS
-SECTION_OF = {**{f: "model" for f in MODEL_FIELDS}, **{f: "parallel" for f in PARALLEL_FIELDS},
-              **{f: "cluster" for f in CLUSTER_FIELDS}}
-_INT_FIELDS = {f.name for cls in (ModelSpec, ParallelSpec, ClusterSpec) for f in fields(cls) if f.type == "int"}
-_FLOAT_FIELDS = {f.name for cls in (ModelSpec, ParallelSpec, ClusterSpec) for f in fields(cls) if f.type == "float"}
-_BOOL_FIELDS = {f.name for cls in (ModelSpec, ParallelSpec, ClusterSpec) for f in fields(cls) if f.type == "bool"}
+# Each canonical field's value type: "int", "float", "bool" or "str".
+FIELD_KINDS = {f.name: f.type for cls in (ModelSpec, ParallelSpec, ClusterSpec) for f in fields(cls)}
+_INT_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "int"}
+_FLOAT_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "float"}
+_BOOL_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "bool"}
 REQUIRED_MODEL_FIELDS = ("num_layers", "hidden_size", "num_attention_heads")
 
 
@@ -317,4 +317,4 @@ def with_changes(config: TrainConfig, **changes) -> TrainConfig:
 
 
 __all__ = ["ConfigError", "ModelSpec", "ParallelSpec", "ClusterSpec", "TrainConfig", "build_config",
-           "with_changes", "ALL_FIELDS", "GPUS", "replace"]
+           "with_changes", "ALL_FIELDS", "FIELD_KINDS"]

@@ -15,18 +15,12 @@ from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.data import Dataset, fit_data
 from vtrain.training.fit import FitData, FitSettings, fit
 from vtrain.training.measurements import take_collectives, take_kernels
+from vtrain.training.metrics import error_stats
 from vtrain.training.model import to_numpy
 from vtrain.training.runs import encode_runs, setting_label, shape_key
 from vtrain.training.train import pretrain
 
 PUBLISHED_VTRAIN_MAPE = {"single-node": 8.37, "multi-node": 14.73}
-
-
-def error_stats(pred: np.ndarray, measured: np.ndarray) -> dict:
-    """MAPE, median and 90th-percentile absolute percentage error (percent), and the row count."""
-    ape = np.abs(np.asarray(pred) / np.asarray(measured) - 1.0) * 100.0
-    return dict(rows=int(len(ape)), mape=float(np.mean(ape)), median=float(np.median(ape)),
-                p90=float(np.percentile(ape, 90)))
 
 
 def predict_runs(runs: pd.DataFrame, params: dict | None) -> np.ndarray:

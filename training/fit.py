@@ -18,6 +18,7 @@ from vtrain.costmodel.collectives import collective_time
 from vtrain.costmodel.correction import run_features
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.measurements import CollectiveSet, KernelSet, take_collectives, take_kernels
+from vtrain.training.metrics import error_stats
 from vtrain.training.model import init_correction
 
 
@@ -82,6 +83,7 @@ class FitResult:
     params: dict
     history: list = field(default_factory=list)  # (step, train loss, validation loss)
     best_step: int = 0
+    validation: dict = field(default_factory=dict)  # error stats on the held-out runs (never trained on)
 
 
 def _device_data(data: FitData) -> dict:
@@ -177,7 +179,12 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         # The global term only ever sees features inside the range of the runs it was trained on.
         features = np.asarray(run_features(data.runs, np))
         params["feature_range"] = {"global": {"min": features.min(axis=0), "max": features.max(axis=0)}}
-    return FitResult(params=params, history=history, best_step=best[2])
+    validation = {}
+    if val.runs is not None and len(val.run_times):
+        numpy_params = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), params)
+        pred = simulate(val.runs, numpy_params)["iteration_time_s"]
+        validation["runs_holdout"] = error_stats(pred, val.run_times)
+    return FitResult(params=params, history=history, best_step=best[2], validation=validation)
 
 
 class _NoProgress:

@@ -101,40 +101,44 @@ def collective_set(collectives: pd.DataFrame) -> CollectiveSet:
     return CollectiveSet(by_op, skipped=int(len(collectives) - len(df)))
 
 
+def _take(groups: dict, masks: dict) -> dict:
+    """The rows selected by a boolean mask per group; groups left empty are dropped. Arrays nested one
+    level deep (a kernel's op dict) are sliced too; other values (the op class name) are kept."""
+    def cut(value, mask):
+        if isinstance(value, dict):
+            return {k: cut(v, mask) for k, v in value.items()}
+        return value[mask] if isinstance(value, np.ndarray) else value
+
+    return {name: cut(arrays, masks[name]) for name, arrays in groups.items() if masks[name].any()}
+
+
 def take_kernels(ks: KernelSet, mask_by_class: dict) -> KernelSet:
     """Subset of a KernelSet (boolean mask per class)."""
-    out = {}
-    for cls, v in ks.by_class.items():
-        mask = mask_by_class[cls]
-        if mask.any():
-            out[cls] = dict(op={k: (a[mask] if isinstance(a, np.ndarray) else a) for k, a in v["op"].items()},
-                            **{k: v[k][mask] for k in ("peak", "hbm_bw", "time", "group")})
-    return KernelSet(out, ks.skipped)
+    return KernelSet(_take(ks.by_class, mask_by_class), ks.skipped)
 
 
 def take_collectives(cs: CollectiveSet, mask_by_op: dict) -> CollectiveSet:
-    out = {}
-    for op, v in cs.by_op.items():
-        mask = mask_by_op[op]
-        if mask.any():
-            out[op] = {k: a[mask] for k, a in v.items()}
-    return CollectiveSet(out, cs.skipped)
+    """Subset of a CollectiveSet (boolean mask per op)."""
+    return CollectiveSet(_take(cs.by_op, mask_by_op), cs.skipped)
+
+
+def _sample_masks(groups: dict, total: int, max_rows: int, seed: int) -> dict:
+    """Per group, a uniform sample of about max_rows/total of its rows (deterministic for a seed);
+    groups under 200 rows are kept whole so that no class or op disappears."""
+    rng = np.random.default_rng(seed)
+    fraction = max_rows / total
+    return {name: (rng.random(len(v["time"])) < fraction) | (len(v["time"]) < 200) for name, v in groups.items()}
 
 
 def subsample_kernels(ks: KernelSet, max_rows: int, seed: int) -> KernelSet:
-    """At most `max_rows` rows, sampled uniformly (deterministic for a seed), keeping every class."""
+    """At most about `max_rows` rows, sampled uniformly, keeping every class."""
     if ks.rows <= max_rows:
         return ks
-    rng = np.random.default_rng(seed)
-    fraction = max_rows / ks.rows
-    return take_kernels(ks, {c: (rng.random(len(v["time"])) < fraction) | (len(v["time"]) < 200)
-                             for c, v in ks.by_class.items()})
+    return take_kernels(ks, _sample_masks(ks.by_class, ks.rows, max_rows, seed))
 
 
 def subsample_collectives(cs: CollectiveSet, max_rows: int, seed: int) -> CollectiveSet:
+    """At most about `max_rows` rows, sampled uniformly, keeping every op."""
     if cs.rows <= max_rows:
         return cs
-    rng = np.random.default_rng(seed)
-    fraction = max_rows / cs.rows
-    return take_collectives(cs, {o: (rng.random(len(v["time"])) < fraction) | (len(v["time"]) < 200)
-                                 for o, v in cs.by_op.items()})
+    return take_collectives(cs, _sample_masks(cs.by_op, cs.rows, max_rows, seed))

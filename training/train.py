@@ -40,6 +40,7 @@ def train(ds: Dataset, settings: FitSettings, runs=None, init: dict | None = Non
     params = to_numpy(result.params)
     report = dict(
         best_step=result.best_step, history=result.history[-5:], seconds=round(time.time() - start, 1),
+        validation=result.validation,
         rows=dict(runs=0 if data.runs is None else int(len(data.run_times)), kernels=ds.kernels.rows,
                   collectives=ds.collectives.rows),
         skipped=dict(kernels=ds.kernels.skipped, collectives=ds.collectives.skipped),
