@@ -12,6 +12,10 @@ Shapes are per GPU: tensor-parallel sharding is already applied.
 from __future__ import annotations
 
 ACT_BYTES = 2.0  # activations in fp16/bf16 (fp8 runs keep bf16 activations)
+# FLOP per output element of the bandwidth-bound ops. The importers count measured kernels the same
+# way (dataset/rows.py), so an op's arithmetic intensity tells the efficiency network which op it is
+# (a residual add and a SwiGLU move the same bytes per element but reach different bandwidths).
+FLOPS_PER_ELEMENT = {"norm": 5.0, "softmax": 5.0, "rope": 3.0, "activation": 8.0, "add": 1.0}
 
 
 def gemm(name, m, n, k, batch=1.0, elt_bytes=ACT_BYTES, cls="gemm"):
@@ -48,16 +52,17 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     up_n = mlp_n * (1.0 + llama)  # SwiGLU computes gate and up projections together
 
     ops = [
-        memory_op("input_norm", "norm", sp_tokens * h, reads=1.0, writes=1.0, flops_per_elt=5.0),
+        memory_op("input_norm", "norm", sp_tokens * h, reads=1.0, writes=1.0, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
         gemm("qkv_proj", tokens, qkv_n, h),
         # RoPE on Q and K (Llama only: zero elements for GPT)
-        memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim, flops_per_elt=3.0),
+        memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim,
+                  flops_per_elt=FLOPS_PER_ELEMENT["rope"]),
         # GPT: Q/K/V and context reshaped between [s, b, heads, d] and [b*heads, s, d] (copies)
         memory_op("attn_layout", "elementwise", gpt * tokens * (qkv_n + h / tp), kernels=4.0, flops_per_elt=0.0),
         # GPT: explicit score and context batched GEMMs over (batch*heads)
         gemm("attn_scores", s * gpt + llama, s * gpt + llama, head_dim, batch=b * heads_tp * gpt + llama * 0.0,
              cls="attention"),
-        memory_op("attn_softmax", "softmax", gpt * b * heads_tp * s * s, flops_per_elt=5.0),
+        memory_op("attn_softmax", "softmax", gpt * b * heads_tp * s * s, flops_per_elt=FLOPS_PER_ELEMENT["softmax"]),
         memory_op("attn_dropout", "elementwise", gpt * b * heads_tp * s * s, reads=1.0, writes=1.5),
         gemm("attn_context", s * gpt + llama, head_dim, s * gpt + llama, batch=b * heads_tp * gpt + llama * 0.0,
              cls="attention"),
@@ -68,9 +73,10 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
         gemm("attn_out_proj", tokens, h, h / tp),
         memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),
-        memory_op("post_attn_norm", "norm", sp_tokens * h, flops_per_elt=5.0),
+        memory_op("post_attn_norm", "norm", sp_tokens * h, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
         gemm("mlp_up_proj", tokens, up_n, h),
-        memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0, flops_per_elt=8.0),
+        memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0,
+                  flops_per_elt=FLOPS_PER_ELEMENT["activation"]),
         gemm("mlp_down_proj", tokens, h, ffn_tp),
         memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),
@@ -126,7 +132,7 @@ def head_ops(d: dict, xp) -> list[dict]:
     sp_tokens = tokens / xp.where(d["sp"] > 0, d["tp"], 1.0)
     vocab_tp = d["vocab"] / d["tp"]
     return [
-        memory_op("final_norm", "norm", sp_tokens * d["hidden"], flops_per_elt=5.0),
+        memory_op("final_norm", "norm", sp_tokens * d["hidden"], flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
         gemm("logits", tokens, vocab_tp, d["hidden"]),
         # cross-entropy in fp32 over the logits shard: max, exp-sum, log, gradient
         memory_op("cross_entropy", "softmax", tokens * vocab_tp, reads=2.0, writes=1.0, flops_per_elt=6.0,

@@ -7,7 +7,9 @@ FLOP and byte conventions (documented in docs/dataset.md), with e = dtype bytes:
   e*4*b*h*s*d (q, k, v, out); bwd flops 2x fwd, bytes e*8*b*h*s*d.
 - norm / softmax / elementwise / embedding over N = num_elements: bytes e*N*io where io = 2 in the
   forward (read, write) and 3 in the backward (read input and grad, write grad) unless given;
-  flops 5*N for norm and softmax, N for elementwise, 0 for embedding.
+  flops per element as the simulator's op graph counts them (costmodel/ops.py FLOPS_PER_ELEMENT): 5 for
+  norm and softmax; for elementwise ops by name, 8 for activations (mlp_act, gelu, silu), 3 for rotary
+  embeddings (attn_rope, rope), 1 otherwise (add); 0 for embedding.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from vtrain.costmodel.hardware import lookup_gpu
+from vtrain.costmodel.ops import FLOPS_PER_ELEMENT
 from vtrain.costmodel.spec import ConfigError, build_config
 from vtrain.dataset.schema import (BW_CONVENTIONS, COLLECTIVE_OPS, DIRECTIONS, DTYPE_BYTES, DTYPES, OP_CLASSES,
                                    TIME_COLUMN, columns)
@@ -55,6 +58,18 @@ def guess_gpu(device: str) -> str:
     return name
 
 
+# Elementwise op names (Vidur, LLMCompass, the profiler) -> the op graph's FLOP-per-element entry.
+ELEMENTWISE_KIND = {"mlp_act": "activation", "gelu": "activation", "silu": "activation", "swiglu": "activation",
+                    "attn_rope": "rope", "rope": "rope", "add": "add"}
+
+
+def flops_per_element(op_class: str, op_name: str) -> float:
+    """FLOP per element of a bandwidth-bound kernel (0 for embedding lookups)."""
+    if op_class == "elementwise":
+        return FLOPS_PER_ELEMENT[ELEMENTWISE_KIND.get(op_name, "add")]
+    return FLOPS_PER_ELEMENT.get(op_class, 0.0)
+
+
 def kernel_row(source: str, gpu: str, dtype: str, op_class: str, op_name: str, direction: str, time_s: float,
                time_std_s: float = math.nan, repeats: int = 0, m: int = 0, n: int = 0, k: int = 0,
                batch: int = 0, heads: int = 0, seq: int = 0, num_elements: int = 0,
@@ -72,8 +87,7 @@ def kernel_row(source: str, gpu: str, dtype: str, op_class: str, op_name: str, d
         moved = float(e * (4 if direction == "fwd" else 8) * b * heads * seq * k)
     else:
         io = io_tensors if io_tensors is not None else (2 if direction == "fwd" else 3)
-        per_elem = {"norm": 5.0, "softmax": 5.0, "elementwise": 1.0}.get(op_class, 0.0)
-        flops = per_elem * num_elements
+        flops = flops_per_element(op_class, op_name) * num_elements
         moved = float(e * num_elements * io)
     return dict(source=source, gpu=gpu, dtype=dtype, op_class=op_class, op_name=op_name, direction=direction,
                 m=m, n=n, k=k, batch=batch, heads=heads, seq=seq, num_elements=num_elements, flops=flops,

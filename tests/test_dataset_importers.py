@@ -1,4 +1,5 @@
 """Each importer on tiny fixtures written in the upstream formats, plus format detection."""
+import numpy as np
 import pytest
 
 from vtrain.costmodel.errors import UserError
@@ -100,6 +101,24 @@ def test_vidur_mlp(tmp_path):
     assert df["time_s"].tolist() == pytest.approx([0.25e-3] * len(MLP_OPS))
     assert df["time_std_s"].tolist() == pytest.approx([0.01e-3] * len(MLP_OPS))
     assert qkv["flops"] == 2 * 128 * 512 * qkv["n"]
+
+
+def test_vidur_elementwise_flops_match_the_simulators_op_graph(tmp_path):
+    """A measured op and the simulator's op of the same kind have the same FLOP per element, so the
+    efficiency network can tell a SwiGLU from a residual add by arithmetic intensity."""
+    from vtrain.costmodel.encode import encode
+    from vtrain.costmodel.ops import layer_forward_ops
+    from vtrain.costmodel.spec import build_config
+
+    path = write(tmp_path / "compute" / "h100" / "org" / "Model-1b" / "mlp.csv", _mlp_csv(MLP_OPS, [(128, 2, 0.25)]))
+    df = run(path).tables["kernels"].set_index("op_name")
+    measured = (df["flops"] / df["num_elements"]).to_dict()
+    d = encode([build_config(dict(arch="llama", num_layers=2, hidden_size=512, num_attention_heads=8, num_gpus=1))])
+    graph = {op["name"]: float(op["flops"][0] / op["m"][0]) for op in layer_forward_ops(d, np) if op["cls"] != "gemm"
+             and op["m"][0] > 0}
+    assert measured["mlp_act"] == graph["mlp_act"] and measured["attn_rope"] == graph["rope"]
+    assert measured["add"] == graph["attn_residual"] and measured["input_layernorm"] == graph["input_norm"]
+    assert len({measured["mlp_act"], measured["attn_rope"], measured["add"]}) == 3
 
 
 def test_vidur_mlp_not_gated_and_missing_column(tmp_path):
