@@ -67,8 +67,6 @@ def validate(
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
     """Cross-validated accuracy: MAPE, median and p90 error per group, held out by model shape."""
-    from dataclasses import replace
-
     from rich.console import Console
     from rich.table import Table
 
@@ -110,7 +108,7 @@ def validate(
             tables.append((f"Checkpoint {checkpoint} scored directly (rows it trained on are not held out)",
                            figures["checkpoint"], None))
     if kernels and (ds.kernels.rows or ds.collectives.rows):
-        measured = ev.cross_validate_measurements(ds, replace(settings, steps=min(steps, 800)))
+        measured = ev.cross_validate_measurements(ds, ev.pretrain_settings(settings))
         figures["kernels_collectives_cv"] = ev.summarize_measurements(measured).to_dict("records")
         tables.append(("Kernels and collectives, held-out shapes (5-fold grouped)", figures["kernels_collectives_cv"],
                        None))

@@ -61,6 +61,17 @@ def test_grouped_cv_learns_a_systematic_error_on_held_out_shapes(tmp_path):
     assert after["mape"] < before["mape"] / 3, (before, after)
 
 
+def test_robust_measurement_loss_is_squared_when_small_and_linear_when_large():
+    from vtrain.training.fit import HUBER_DELTA, _huber_log_err, _sq_log_err
+
+    meas = np.ones(4)
+    pred = np.exp(np.array([0.02, -0.05, 1.0, 3.0]))
+    huber, squared = np.asarray(_huber_log_err(pred, meas)), np.asarray(_sq_log_err(pred, meas))
+    assert np.allclose(huber[:2], squared[:2], rtol=1e-5)
+    assert huber[3] - huber[2] == pytest.approx(2 * HUBER_DELTA * 2.0, rel=1e-5)  # slope 2*delta per unit log error
+    assert huber[3] < squared[3] / 10
+
+
 def test_checkpoint_roundtrip_and_corrupt_files(tmp_path):
     params = to_numpy(init_correction(0))
     path = ckpt.save(tmp_path / "c.npz", params, dict(note="x"))

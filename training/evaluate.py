@@ -18,7 +18,7 @@ from vtrain.training.measurements import take_collectives, take_kernels
 from vtrain.training.metrics import error_stats
 from vtrain.training.model import to_numpy
 from vtrain.training.runs import encode_runs, setting_label, shape_key
-from vtrain.training.train import pretrain
+from vtrain.training.train import pretrain, pretrain_settings
 
 PUBLISHED_VTRAIN_MAPE = {"single-node": 8.37, "multi-node": 14.73}
 
@@ -88,7 +88,8 @@ def _collective_predictions(cs, params) -> pd.DataFrame:
 
 def cross_validate_measurements(ds: Dataset, settings: FitSettings, folds: int = 5) -> pd.DataFrame:
     """Held-out-shape predictions of kernel and collective rows (grouped K-fold: a GEMM weight shape,
-    or a GPU/network/group-size combination, is held out whole)."""
+    or a GPU/network/group-size combination, is held out whole). Pass `pretrain_settings(...)` to
+    score the pre-training recipe of `vtrain fit`."""
     rng = np.random.default_rng(settings.seed)
     kernel_fold = {c: _group_folds(v["group"], folds, rng) for c, v in ds.kernels.by_class.items()}
     coll_fold = {o: _group_folds(v["group_key"], folds, rng) for o, v in ds.collectives.by_op.items()}
@@ -146,4 +147,4 @@ def plot_predictions(predictions: pd.DataFrame, path) -> None:
 
 
 __all__ = ["cross_validate_runs", "cross_validate_measurements", "summarize", "summarize_measurements",
-           "plot_predictions", "predict_runs", "error_stats", "pretrain"]
+           "plot_predictions", "predict_runs", "error_stats", "pretrain", "pretrain_settings"]

@@ -33,17 +33,19 @@ class FitData:
     run_weights: np.ndarray | None = None  # relative weight per run row (default: equal)
 
     def split(self, fraction: float, seed: int) -> tuple["FitData", "FitData"]:
-        """(train, validation): a random `fraction` of each table's rows held out."""
+        """(train, validation): a random `fraction` of each table's rows held out. (Holding out whole
+        shape groups instead was tried: it starves the collective network, whose tables have few
+        groups, and did not help the kernels.)"""
         rng = np.random.default_rng(seed)
 
-        def masks(n):
+        def row_masks(n):
             hold = rng.random(n) < fraction
             return ~hold, hold
 
         runs_train = runs_val = None
         times_train = times_val = w_train = w_val = None
         if self.runs is not None:
-            keep, hold = masks(len(self.run_times))
+            keep, hold = row_masks(len(self.run_times))
             runs_train = {k: v[keep] for k, v in self.runs.items()}
             runs_val = {k: v[hold] for k, v in self.runs.items()}
             times_train, times_val = self.run_times[keep], self.run_times[hold]
@@ -51,15 +53,18 @@ class FitData:
             w_train, w_val = weights[keep], weights[hold]
         k_train = k_val = c_train = c_val = None
         if self.kernels is not None:
-            m = {c: masks(len(v["time"])) for c, v in self.kernels.by_class.items()}
+            m = {c: row_masks(len(v["time"])) for c, v in self.kernels.by_class.items()}
             k_train = take_kernels(self.kernels, {c: a for c, (a, _) in m.items()})
             k_val = take_kernels(self.kernels, {c: b for c, (_, b) in m.items()})
         if self.collectives is not None:
-            m = {o: masks(len(v["time"])) for o, v in self.collectives.by_op.items()}
+            m = {o: row_masks(len(v["time"])) for o, v in self.collectives.by_op.items()}
             c_train = take_collectives(self.collectives, {o: a for o, (a, _) in m.items()})
             c_val = take_collectives(self.collectives, {o: b for o, (_, b) in m.items()})
         return (FitData(runs_train, times_train, k_train, c_train, w_train),
                 FitData(runs_val, times_val, k_val, c_val, w_val))
+
+
+HUBER_DELTA = 0.1  # log-ratio where the robust loss turns linear (~10 % error)
 
 
 @dataclass
@@ -74,6 +79,7 @@ class FitSettings:
     eval_every: int = 50
     patience: int = 8
     seed: int = 0
+    robust_measurements: bool = False  # Huber instead of squared log error on kernels and collectives
     progress: bool = True
     label: str = "fit"
 
@@ -109,8 +115,17 @@ def _sq_log_err(pred, meas):
     return jnp.square(jnp.log(pred) - jnp.log(meas))
 
 
-def loss_terms(params: dict, arrays: dict) -> dict:
-    """Mean squared log error per table (missing tables contribute 0)."""
+def _huber_log_err(pred, meas, delta=HUBER_DELTA):
+    """Huber loss of the log ratio: equal to the squared error below `delta`, linear above (robust to
+    noisy rows)."""
+    r = jnp.abs(jnp.log(pred) - jnp.log(meas))
+    return jnp.where(r < delta, r * r, delta * (2.0 * r - delta))
+
+
+def loss_terms(params: dict, arrays: dict, robust_measurements: bool = False) -> dict:
+    """Mean log error per table (missing tables contribute 0): squared for runs; for kernels and
+    collectives squared, or Huber when `robust_measurements`."""
+    measurement_err = _huber_log_err if robust_measurements else _sq_log_err
     terms = {}
     if "runs" in arrays:
         pred = simulate(arrays["runs"], params, xp=jnp)["iteration_time_s"]
@@ -119,14 +134,14 @@ def loss_terms(params: dict, arrays: dict) -> dict:
         errs = []
         for cls, v in arrays["kernels"].items():
             pred = kernel_time(dict(v["op"], cls=cls), v["peak"], v["hbm_bw"], params, jnp)
-            errs.append(_sq_log_err(pred, v["time"]))
+            errs.append(measurement_err(pred, v["time"]))
         terms["kernels"] = jnp.mean(jnp.concatenate(errs))
     if "collectives" in arrays:
         errs = []
         for op, v in arrays["collectives"].items():
             net = dict(intra_bw=v["intra_bw"], inter_bw=v["inter_bw"])
             pred = collective_time(op, v["size"], v["group"], v["ranks_per_node"], net, params, jnp)
-            errs.append(_sq_log_err(pred, v["time"]))
+            errs.append(measurement_err(pred, v["time"]))
         terms["collectives"] = jnp.mean(jnp.concatenate(errs))
     return terms
 
@@ -147,7 +162,7 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
     opt_state = optimizer.init(params)
 
     def objective(p, arrays):
-        return _total(loss_terms(p, arrays), settings)
+        return _total(loss_terms(p, arrays, settings.robust_measurements), settings)
 
     @jax.jit
     def step(p, state, arrays):
@@ -155,8 +170,16 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         updates, state = optimizer.update(grads, state, p)
         return optax.apply_updates(p, updates), state, loss
 
-    evaluate = jax.jit(objective)
-    best = (float("inf"), params, 0)
+    val_terms = jax.jit(lambda p, arrays: loss_terms(p, arrays, settings.robust_measurements))
+    # What early stopping watches, and which parameters each watched loss selects: with runs, the
+    # total loss picks the whole parameter set (every network affects the iteration time); without
+    # runs, the kernel loss picks the op networks and the collective loss the collective network,
+    # each at its own best step.
+    watched = {"total": None} if "runs" in train_arrays else \
+        {t: ("ops" if t == "kernels" else "collectives") for t in ("kernels", "collectives") if t in val_arrays}
+    if not watched:
+        watched = {"total": None}
+    best = {name: (float("inf"), params, 0) for name in watched}
     history, stale = [], 0
     progress = _progress(settings)
     with progress:
@@ -164,17 +187,26 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         for i in range(1, settings.steps + 1):
             params, opt_state, loss = step(params, opt_state, train_arrays)
             if i % settings.eval_every == 0 or i == settings.steps:
-                val_loss = float(evaluate(params, val_arrays)) if val_arrays else float(loss)
-                history.append((i, float(loss), val_loss))
-                progress.update(task, completed=i, loss=val_loss)
-                if val_loss < best[0] - 1e-6:
-                    best, stale = (val_loss, params, i), 0
-                else:
-                    stale += 1
-                    if stale >= settings.patience:
-                        break
+                terms = {k: float(v) for k, v in val_terms(params, val_arrays).items()} if val_arrays else {}
+                terms["total"] = _total(terms, settings) if terms else float(loss)
+                history.append((i, float(loss), terms["total"]))
+                progress.update(task, completed=i, loss=terms["total"])
+                improved = False
+                for name in watched:
+                    if terms[name] < best[name][0] - 1e-6:
+                        best[name], improved = (terms[name], params, i), True
+                stale = 0 if improved else stale + 1
+                if stale >= settings.patience:
+                    break
         progress.update(task, completed=settings.steps)
-    params = dict(best[1])
+    if "total" in watched:
+        best_params, best_step = best["total"][1], best["total"][2]
+    else:
+        best_params = dict(params)
+        for name, key in watched.items():
+            best_params[key] = best[name][1][key]
+        best_step = max(b[2] for b in best.values())
+    params = dict(best_params)
     if data.runs is not None and len(data.run_times):
         # The global term only ever sees features inside the range of the runs it was trained on.
         features = np.asarray(run_features(data.runs, np))
@@ -184,7 +216,7 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         numpy_params = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), params)
         pred = simulate(val.runs, numpy_params)["iteration_time_s"]
         validation["runs_holdout"] = error_stats(pred, val.run_times)
-    return FitResult(params=params, history=history, best_step=best[2], validation=validation)
+    return FitResult(params=params, history=history, best_step=best_step, validation=validation)
 
 
 class _NoProgress:
