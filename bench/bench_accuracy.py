@@ -14,7 +14,7 @@ from pathlib import Path
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--folds", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=6000)  # the `vtrain fit` recipe
     parser.add_argument("--no-kernels", action="store_true")
     parser.add_argument("--plot", default=None)
     args = parser.parse_args()
