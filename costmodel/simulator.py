@@ -44,7 +44,7 @@ def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
     return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
 
 
-def ops_time(op_list: list[dict], hw: dict, correction, xp, dispatch_s=DISPATCH_S):
+def ops_time(op_list: list[dict], hw: dict, correction, xp):
     """Seconds for a sequence of ops on one GPU: the GPU's kernel time or the host's dispatch
     time, whichever is longer (launches are asynchronous)."""
     gpu = 0.0
@@ -53,7 +53,7 @@ def ops_time(op_list: list[dict], hw: dict, correction, xp, dispatch_s=DISPATCH_
         peak = hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"]
         gpu = gpu + kernel_time(op, peak, hw["hbm_bw"], correction, xp)
         launches = launches + op["kernels"] * xp.where(op["bytes"] > 0, 1.0, 0.0)
-    return xp.maximum(gpu, launches * dispatch_s)
+    return xp.maximum(gpu, launches * DISPATCH_S)
 
 
 def _tp_comm_per_layer(d, net, correction, xp):

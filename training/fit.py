@@ -19,7 +19,7 @@ from vtrain.costmodel.correction import run_features
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.measurements import CollectiveSet, KernelSet, take_collectives, take_kernels
 from vtrain.training.metrics import error_stats
-from vtrain.training.model import init_correction
+from vtrain.training.model import init_correction, to_numpy
 
 
 @dataclass
@@ -175,9 +175,8 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
     # total loss picks the whole parameter set (every network affects the iteration time); without
     # runs, the kernel loss picks the op networks and the collective loss the collective network,
     # each at its own best step.
-    watched = {"total": None} if "runs" in train_arrays else \
-        {t: ("ops" if t == "kernels" else "collectives") for t in ("kernels", "collectives") if t in val_arrays}
-    if not watched:
+    watched = {table: net for table, net in (("kernels", "ops"), ("collectives", "collectives")) if table in val_arrays}
+    if "runs" in train_arrays or not watched:
         watched = {"total": None}
     best = {name: (float("inf"), params, 0) for name in watched}
     history, stale = [], 0
@@ -213,8 +212,7 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         params["feature_range"] = {"global": {"min": features.min(axis=0), "max": features.max(axis=0)}}
     validation = {}
     if val.runs is not None and len(val.run_times):
-        numpy_params = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), params)
-        pred = simulate(val.runs, numpy_params)["iteration_time_s"]
+        pred = simulate(val.runs, to_numpy(params))["iteration_time_s"]
         validation["runs_holdout"] = error_stats(pred, val.run_times)
     return FitResult(params=params, history=history, best_step=best_step, validation=validation)
 
