@@ -31,11 +31,10 @@ def pretrain(ds: Dataset, settings: FitSettings) -> dict | None:
 
 
 def pretrain_settings(settings: FitSettings) -> FitSettings:
-    """Pre-training on kernel and collective micro-benchmarks: a short run with a robust (Huber) loss,
-    since single noisy rows (a 2 KB collective at 10x its neighbours' time) are common there. (The
-    end-to-end stage keeps the squared error: Huber there let the op networks drift with the runs
-    and cost 2-3 points of held-out single-node MAPE.)"""
-    return replace(settings, steps=min(settings.steps, PRETRAIN_STEPS), robust_measurements=True,
+    """Pre-training on kernel and collective micro-benchmarks: a short run with a robust (Huber) loss
+    on both tables, since single noisy rows (a 2 KB collective at 10x its neighbours' time) are
+    common there. (The end-to-end stage keeps the squared error; see FitSettings.robust_tables.)"""
+    return replace(settings, steps=min(settings.steps, PRETRAIN_STEPS), robust_tables=("kernels", "collectives"),
                    label="pre-train kernels")
 
 
