@@ -11,7 +11,7 @@ from vtrain.costmodel.encode import encode
 from vtrain.costmodel.simulator import simulate
 from vtrain.costmodel.spec import build_config
 from vtrain.dataset import store
-from vtrain.training.evaluate import cross_validate_runs, error_stats, summarize
+from vtrain.training.evaluate import cross_validate, cross_validate_runs, error_stats, summarize, summarize_measurements
 from vtrain.training.fit import FitSettings
 from vtrain.training.model import init_correction, to_numpy
 
@@ -59,6 +59,49 @@ def test_grouped_cv_learns_a_systematic_error_on_held_out_shapes(tmp_path):
     after = summarize(cv).set_index("group").loc["overall"]
     assert before["mape"] > 20
     assert after["mape"] < before["mape"] / 3, (before, after)
+
+
+GEMM_EFFICIENCY = 0.45  # the synthetic "measured" GEMMs reach 45% of peak (the analytical prior assumes 70%)
+
+
+def synthetic_gemms() -> pd.DataFrame:
+    """bf16 GEMM rows on an A100 for 6 weight shapes x 4 token counts, timed at GEMM_EFFICIENCY of peak."""
+    from vtrain.dataset.rows import kernel_row
+
+    rows = []
+    for n, k in [(1024, 1024), (2048, 1024), (4096, 1024), (1024, 4096), (2048, 2048), (3072, 1024)]:
+        for m in (2048, 4096, 8192, 16384):
+            row = kernel_row("test:gemm", "a100-80gb", "bf16", "gemm", "linear", "fwd", 1.0, m=m, n=n, k=k)
+            row["time_s"] = max(row["flops"] / 312e12, row["bytes_moved"] / 2039e9) / GEMM_EFFICIENCY
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_joint_cv_holds_out_runs_and_kernels_together_and_learns_both(tmp_path):
+    store.append(tmp_path, "runs", synthetic_runs())
+    store.append(tmp_path, "kernels", synthetic_gemms())
+    from vtrain.training.data import load_dataset
+
+    ds = load_dataset(tmp_path)
+    runs, measured = cross_validate(ds, FitSettings(steps=150, learning_rate=3e-2, progress=False), folds=2)
+    assert len(runs) == len(ds.runs) and runs["shape"].nunique() == 4
+    assert sorted(measured["stage"].unique()) == ["final", "pre-trained"]
+    final = measured[measured["stage"] == "final"]
+    assert len(final) == ds.kernels.rows  # every kernel row predicted once, by the fold that held it out
+    analytical_error = 100 * (1 - GEMM_EFFICIENCY / 0.70)  # every row over-fast by the same factor
+    held_out = summarize_measurements(final).set_index("group").loc["all kernels", "mape"]
+    assert held_out < analytical_error / 2, (held_out, analytical_error)
+    assert summarize(runs).set_index("group").loc["overall", "mape"] < 10
+
+
+def test_validate_cli_on_kernels_only_scores_held_out_kernels(cli, tmp_path):
+    """A dataset from `vtrain profile` on new hardware has kernels but no runs."""
+    store.append(tmp_path / "ds", "kernels", synthetic_gemms())
+    result = cli("validate", tmp_path / "ds", "--folds", "2", "--steps", "40", "--json", "-q")
+    assert result.returncode == 0, result.stderr
+    figures = {r["group"]: r for r in json.loads(result.stdout)["kernels_collectives_cv"]}
+    assert figures["all kernels"]["rows"] == len(synthetic_gemms())
+    assert figures["all kernels"]["mape"] < 100 * (1 - GEMM_EFFICIENCY / 0.70) / 2
 
 
 def test_robust_measurement_loss_is_squared_when_small_and_linear_when_large():

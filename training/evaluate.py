@@ -13,12 +13,12 @@ import pandas as pd
 from vtrain.costmodel.collectives import collective_time
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.data import Dataset, fit_data
-from vtrain.training.fit import FitData, FitSettings, fit
+from vtrain.training.fit import FitSettings, fit
 from vtrain.training.measurements import take_collectives, take_kernels
 from vtrain.training.metrics import error_stats
 from vtrain.training.model import to_numpy
 from vtrain.training.runs import encode_runs, setting_label, shape_key
-from vtrain.training.train import pretrain, pretrain_settings
+from vtrain.training.train import pretrain, train
 
 PUBLISHED_VTRAIN_MAPE = {"single-node": 8.37, "multi-node": 14.73}
 
@@ -86,23 +86,43 @@ def _collective_predictions(cs, params) -> pd.DataFrame:
     return pd.concat(frames) if frames else pd.DataFrame()
 
 
-def cross_validate_measurements(ds: Dataset, settings: FitSettings, folds: int = 5) -> pd.DataFrame:
-    """Held-out-shape predictions of kernel and collective rows (grouped K-fold: a GEMM weight shape,
-    or a GPU/network/group-size combination, is held out whole). Pass `pretrain_settings(...)` to
-    score the pre-training recipe of `vtrain fit`."""
+def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Grouped cross-validation of the whole `vtrain fit` recipe, runs and measurements together.
+
+    Fold k holds out at once the runs of the model shapes assigned to k (see `shape_folds`), the
+    kernel shape groups (a GEMM weight shape (n, k), or the source table of another op) and the
+    collective groups (GPU, network, group size) assigned to k. Each fold pre-trains and trains end
+    to end on the rest only, exactly as `vtrain fit` does, and predicts everything it held out.
+    Returns (run predictions, kernel/collective predictions); the latter has a `stage` column,
+    "final" (the trained model, what a checkpoint ships) or "pre-trained" (after pre-training only).
+    """
+    runs = ds.runs.reset_index(drop=True)
+    run_fold = shape_folds(runs, folds) if len(runs) else np.zeros(0, dtype=int)
+    count = int(run_fold.max()) + 1 if len(runs) else (folds or 5)
     rng = np.random.default_rng(settings.seed)
-    kernel_fold = {c: _group_folds(v["group"], folds, rng) for c, v in ds.kernels.by_class.items()}
-    coll_fold = {o: _group_folds(v["group_key"], folds, rng) for o, v in ds.collectives.by_op.items()}
+    kernel_fold = {c: _group_folds(v["group"], count, rng) for c, v in ds.kernels.by_class.items()}
+    coll_fold = {o: _group_folds(v["group_key"], count, rng) for o, v in ds.collectives.by_op.items()}
+    pred = np.full(len(runs), np.nan)
     frames = []
-    for fold in range(folds):
-        train = FitData(None, None, take_kernels(ds.kernels, {c: f != fold for c, f in kernel_fold.items()}),
-                        take_collectives(ds.collectives, {o: f != fold for o, f in coll_fold.items()}))
-        params = to_numpy(fit(train, replace(settings, label=f"kernels fold {fold}")).params)
-        frames.append(_kernel_predictions(take_kernels(ds.kernels, {c: f == fold for c, f in kernel_fold.items()}),
-                                          params))
-        frames.append(_collective_predictions(
-            take_collectives(ds.collectives, {o: f == fold for o, f in coll_fold.items()}), params))
-    return pd.concat(frames, ignore_index=True)
+    for fold in range(count):
+        train_part = replace(ds, kernels=take_kernels(ds.kernels, {c: f != fold for c, f in kernel_fold.items()}),
+                             collectives=take_collectives(ds.collectives, {o: f != fold for o, f in coll_fold.items()}))
+        fold_settings = replace(settings, label=f"fold {fold}")
+        init = pretrain(train_part, fold_settings)
+        params, _ = train(train_part, fold_settings, runs=runs[run_fold != fold], init=init)
+        test = run_fold == fold
+        if test.any():
+            pred[test] = predict_runs(runs[test], params)
+        held_kernels = take_kernels(ds.kernels, {c: f == fold for c, f in kernel_fold.items()})
+        held_collectives = take_collectives(ds.collectives, {o: f == fold for o, f in coll_fold.items()})
+        for stage, p in (("final", params), ("pre-trained", None if init is None else to_numpy(init))):
+            frames += [_kernel_predictions(held_kernels, p).assign(stage=stage),
+                       _collective_predictions(held_collectives, p).assign(stage=stage)]
+    measured = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not len(runs):
+        return runs, measured
+    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    return run_predictions[~np.isnan(pred)], measured
 
 
 def _group_folds(groups: np.ndarray, folds: int, rng) -> np.ndarray:
@@ -146,5 +166,5 @@ def plot_predictions(predictions: pd.DataFrame, path) -> None:
         plt.close(fig)
 
 
-__all__ = ["cross_validate_runs", "cross_validate_measurements", "summarize", "summarize_measurements",
-           "plot_predictions", "predict_runs", "error_stats", "pretrain", "pretrain_settings"]
+__all__ = ["cross_validate", "cross_validate_runs", "summarize", "summarize_measurements",
+           "plot_predictions", "predict_runs", "error_stats", "pretrain"]
