@@ -99,7 +99,8 @@ def validate(
             else:
                 cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained())
             figures["grouped_cv"] = ev.summarize(cv).to_dict("records")
-            tables.append(("Grouped CV by model shape (held-out shapes)", figures["grouped_cv"], figures["analytical"]))
+            split = "runs, kernels and collectives held out together" if with_measurements else "runs held out"
+            tables.append((f"Grouped CV by model shape ({split})", figures["grouped_cv"], figures["analytical"]))
             if plot:
                 ev.plot_predictions(cv, plot)
         multi = ev.setting_label(ds.runs) == "multi-node"
