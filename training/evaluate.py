@@ -105,16 +105,15 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
     pred = np.full(len(runs), np.nan)
     frames = []
     for fold in range(count):
-        train_part = replace(ds, kernels=take_kernels(ds.kernels, {c: f != fold for c, f in kernel_fold.items()}),
-                             collectives=take_collectives(ds.collectives, {o: f != fold for o, f in coll_fold.items()}))
+        train_kernels, train_collectives = _measurements_where(ds, kernel_fold, coll_fold, lambda f: f != fold)
+        train_part = replace(ds, kernels=train_kernels, collectives=train_collectives)
         fold_settings = replace(settings, label=f"fold {fold}")
         init = pretrain(train_part, fold_settings)
         params, _ = train(train_part, fold_settings, runs=runs[run_fold != fold], init=init)
         test = run_fold == fold
         if test.any():
             pred[test] = predict_runs(runs[test], params)
-        held_kernels = take_kernels(ds.kernels, {c: f == fold for c, f in kernel_fold.items()})
-        held_collectives = take_collectives(ds.collectives, {o: f == fold for o, f in coll_fold.items()})
+        held_kernels, held_collectives = _measurements_where(ds, kernel_fold, coll_fold, lambda f: f == fold)
         for stage, p in (("final", params), ("pre-trained", None if init is None else to_numpy(init))):
             frames += [_kernel_predictions(held_kernels, p).assign(stage=stage),
                        _collective_predictions(held_collectives, p).assign(stage=stage)]
@@ -123,6 +122,12 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
         return runs, measured
     run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
     return run_predictions[~np.isnan(pred)], measured
+
+
+def _measurements_where(ds: Dataset, kernel_fold: dict, coll_fold: dict, select) -> tuple:
+    """(kernels, collectives) of `ds` whose fold index array passes `select` (fold array -> bool mask)."""
+    return (take_kernels(ds.kernels, {c: select(f) for c, f in kernel_fold.items()}),
+            take_collectives(ds.collectives, {o: select(f) for o, f in coll_fold.items()}))
 
 
 def _group_folds(groups: np.ndarray, folds: int, rng) -> np.ndarray:
