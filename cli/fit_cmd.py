@@ -124,7 +124,7 @@ def validate(
         figures["kernels_collectives_cv"] = ev.summarize_measurements(final).to_dict("records")
         figures["kernels_collectives_cv_pretrained"] = ev.summarize_measurements(
             measured[measured["stage"] == "pre-trained"]).to_dict("records")
-        tables.append(("Kernels and collectives, held-out shapes (the same folds; the trained model)",
+        tables.append(("Kernels and collectives, held-out shapes (the same folds; the trained model, standalone)",
                        figures["kernels_collectives_cv"], None))
     if as_json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")

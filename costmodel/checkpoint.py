@@ -92,6 +92,8 @@ def _check_compatible(params: dict, path: Path) -> None:
 
     expected = {"global": (N_RUN_FEATURES, 2), "collectives": (N_COLLECTIVE_FEATURES, 2)}
     expected.update({f"ops/{cls}": (N_OP_FEATURES, 1) for cls in params.get("ops", {})})
+    expected["in_situ/collectives"] = (N_COLLECTIVE_FEATURES, 2)
+    expected.update({f"in_situ/ops/{cls}": (N_OP_FEATURES, 1) for cls in params.get("in_situ", {}).get("ops", {})})
     for name, (width, outputs) in expected.items():
         node = params
         for part in name.split("/"):

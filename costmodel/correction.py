@@ -10,7 +10,16 @@ model's own parameters:
 (A learned multiplier of the host's dispatch time was tried and dropped: it fitted the training
 shapes better and held-out shapes worse.)
 Every MLP's last layer is initialised to zero, so an untrained correction equals the analytical
-model. Parameters are nested dicts of arrays in flax's layout ({"Dense_0": {"kernel", "bias"}, ...}),
+model.
+
+Two levels. The op and collective networks ("ops", "collectives") describe kernels and collectives
+as micro-benchmarks measure them and learn from those measurements only. An optional "in_situ"
+group ({"ops": {op_class: mlp}, "collectives": mlp}) adds to their raw outputs what changes inside
+a training iteration (contention, fused or differently configured kernels); it learns from
+iteration times, kept near the micro-benchmarks by a penalty (training/fit.py). `simulate` uses
+both; a kernel or collective on its own is predicted with `standalone(correction)`.
+
+Parameters are nested dicts of arrays in flax's layout ({"Dense_0": {"kernel", "bias"}, ...}),
 so the same weights run here without importing JAX.
 """
 from __future__ import annotations
@@ -67,21 +76,45 @@ def _sigmoid(x, xp):
     return 1.0 / (1.0 + xp.exp(-x))
 
 
+def standalone(correction: dict | None) -> dict | None:
+    """The correction as it applies to a kernel or collective measured on its own (the in-situ
+    part, learned from iteration times, left out)."""
+    if correction is None:
+        return None
+    return {k: v for k, v in correction.items() if k != "in_situ"}
+
+
+def _raw_outputs(correction: dict, path: tuple, features, xp):
+    """Sum of the raw outputs of the network at `path` (e.g. ("ops", "gemm")) and of its in-situ
+    counterpart, where each exists; None when neither does."""
+    total = None
+    for root in (correction, correction.get("in_situ", {})):
+        node = root
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None:
+            raw = mlp_apply(node, features, xp)
+            total = raw if total is None else total + raw
+    return total
+
+
 def op_efficiency(correction: dict | None, op: dict, base_eff: float, hw: dict, xp):
     """Efficiency in (0, 1] of `op` relative to its roofline time."""
-    if correction is None or op["cls"] not in correction.get("ops", {}):
+    raw = None if correction is None else _raw_outputs(correction, ("ops", op["cls"]), op_features(op, hw, xp), xp)
+    if raw is None:
         return base_eff
-    raw = mlp_apply(correction["ops"][op["cls"]], op_features(op, hw, xp), xp)[..., 0]
-    return _sigmoid(_logit(base_eff, xp) + raw, xp)
+    return _sigmoid(_logit(base_eff, xp) + raw[..., 0], xp)
 
 
 def collective_adjustment(correction: dict | None, op_name: str, size_bytes, group, crosses_node, link_bw,
                           base_bw_eff: float, xp):
     """(bandwidth efficiency in (0, 1], latency multiplier in [1/8, 8]) for one collective."""
-    if correction is None or "collectives" not in correction:
+    if correction is None:
         return base_bw_eff, 1.0
     feats = collective_features(COLLECTIVE_OPS.index(op_name), size_bytes, group, crosses_node, link_bw, xp)
-    raw = mlp_apply(correction["collectives"], feats, xp)
+    raw = _raw_outputs(correction, ("collectives",), feats, xp)
+    if raw is None:
+        return base_bw_eff, 1.0
     bw_eff = _sigmoid(_logit(base_bw_eff, xp) + raw[..., 0], xp)
     latency_mult = xp.exp(2.0794 * xp.tanh(raw[..., 1]))  # 2.0794 = ln 8
     return bw_eff, latency_mult

@@ -108,6 +108,73 @@ def test_validate_cli_on_kernels_only_scores_held_out_kernels(cli, tmp_path):
     assert figures["all kernels"]["mape"] < ANALYTICAL_GEMM_MAPE / 2
 
 
+def _with_random_outputs(params, seed=1):
+    """`params` with every network's output layer randomised (fresh ones start at zero, where some
+    gradients vanish)."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten_with_path(params)
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_unflatten(tree, [
+        rng.normal(0, 0.3, np.shape(leaf)).astype(np.float32) if "Dense_1" in jax.tree_util.keystr(path) else leaf
+        for path, leaf in leaves])
+
+
+def test_end_to_end_gradients_are_routed_runs_to_in_situ_and_kernels_to_op_networks(tmp_path):
+    import jax
+
+    from vtrain.training.fit import _device_data, loss_terms
+
+    store.append(tmp_path, "runs", synthetic_runs())
+    store.append(tmp_path, "kernels", synthetic_gemms())
+    from vtrain.training.data import fit_data, load_dataset
+
+    arrays = _device_data(fit_data(load_dataset(tmp_path)))
+    params = _with_random_outputs(init_correction(0))
+
+    def grads_of(term):
+        return jax.grad(lambda p: loss_terms(p, arrays, ("kernels",), in_situ=True)[term])(params)
+
+    def size(tree):
+        return float(sum(np.abs(np.asarray(x)).sum() for x in jax.tree_util.tree_leaves(tree)))
+
+    from_runs, from_kernels = grads_of("runs"), grads_of("kernels")
+    from_kernels_in_situ = grads_of("kernels_in_situ")
+    assert size(from_runs["ops"]) == 0 and size(from_runs["collectives"]) == 0
+    assert size(from_runs["in_situ"]["ops"]["gemm"]) > 0 and size(from_runs["global"]) > 0
+    assert size(from_kernels["in_situ"]) == 0 and size(from_kernels["ops"]["gemm"]) > 0
+    assert size(from_kernels_in_situ["ops"]) == 0 and size(from_kernels_in_situ["in_situ"]["ops"]["gemm"]) > 0
+
+
+def test_standalone_kernels_ignore_the_in_situ_part_and_the_simulator_uses_it():
+    from vtrain.costmodel.correction import standalone
+    from vtrain.costmodel.simulator import kernel_time
+
+    params = to_numpy(_with_random_outputs(init_correction(0)))
+    without_in_situ = {k: v for k, v in params.items() if k != "in_situ"}
+    op = dict(cls="gemm", flops=np.array([2e12]), bytes=np.array([3e7]), m=np.array([8192.0]), n=np.array([4096.0]),
+              k=np.array([4096.0]), batch=np.array([1.0]), kernels=np.array([1.0]))
+    alone = kernel_time(op, 312e12, 2.0e12, standalone(params), np)
+    assert np.allclose(alone, kernel_time(op, 312e12, 2.0e12, without_in_situ, np))
+    assert not np.allclose(alone, kernel_time(op, 312e12, 2.0e12, params, np))
+    d = encode([build_config(dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=2, pp=2,
+                                  global_batch=32))])
+    assert not np.allclose(simulate(d, params)["iteration_time_s"], simulate(d, without_in_situ)["iteration_time_s"])
+
+
+def test_fit_updates_only_the_trainable_networks(tmp_path):
+    from vtrain.training.data import fit_data, load_dataset
+    from vtrain.training.fit import fit
+
+    store.append(tmp_path, "runs", synthetic_runs())
+    init = init_correction(0)
+    result = fit(fit_data(load_dataset(tmp_path)), FitSettings(steps=20, learning_rate=3e-2, trainable=("global",),
+                                                               progress=False), init=init)
+    before, after = ckpt.flatten(to_numpy(init)), ckpt.flatten(to_numpy(result.params))
+    changed = {k.split("/")[0] for k in before if not np.array_equal(before[k], after[k])}
+    assert changed == {"global"}
+
+
 def test_robust_measurement_loss_is_squared_when_small_and_linear_when_large():
     from vtrain.training.fit import HUBER_DELTA, _huber_log_err, _sq_log_err
 

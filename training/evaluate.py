@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from vtrain.costmodel.collectives import collective_time
+from vtrain.costmodel.correction import standalone
 from vtrain.costmodel.simulator import kernel_time, simulate
-from vtrain.training.data import Dataset, fit_data
-from vtrain.training.fit import FitSettings, fit
+from vtrain.training.data import Dataset
+from vtrain.training.fit import FitSettings
 from vtrain.training.measurements import take_collectives, take_kernels
 from vtrain.training.metrics import error_stats
 from vtrain.training.model import to_numpy
@@ -51,8 +52,8 @@ def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = 
     pred = np.full(len(runs), np.nan)
     for fold in sorted(set(fold_of) - {-1}):
         test = fold_of == fold
-        params = fit(fit_data(ds, runs=runs[~test]), replace(settings, label=f"fold {fold}"), init=init).params
-        pred[test] = predict_runs(runs[test], to_numpy(params))
+        params, _ = train(ds, replace(settings, label=f"fold {fold}"), runs=runs[~test], init=init)
+        pred[test] = predict_runs(runs[test], params)
     out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
     return out[~np.isnan(pred)]
 
@@ -72,7 +73,7 @@ def summarize(predictions: pd.DataFrame) -> pd.DataFrame:
 def _kernel_predictions(ks, params) -> pd.DataFrame:
     frames = []
     for cls, v in ks.by_class.items():
-        pred = kernel_time(v["op"], v["peak"], v["hbm_bw"], params, np)
+        pred = kernel_time(v["op"], v["peak"], v["hbm_bw"], standalone(params), np)
         frames.append(pd.DataFrame(dict(kind="kernel:" + cls, predicted_s=pred, measured_s=v["time"])))
     return pd.concat(frames) if frames else pd.DataFrame()
 
@@ -81,7 +82,7 @@ def _collective_predictions(cs, params) -> pd.DataFrame:
     frames = []
     for op, v in cs.by_op.items():
         net = dict(intra_bw=v["intra_bw"], inter_bw=v["inter_bw"])
-        pred = collective_time(op, v["size"], v["group"], v["ranks_per_node"], net, params, np)
+        pred = collective_time(op, v["size"], v["group"], v["ranks_per_node"], net, standalone(params), np)
         frames.append(pd.DataFrame(dict(kind="collective:" + op, predicted_s=pred, measured_s=v["time"])))
     return pd.concat(frames) if frames else pd.DataFrame()
 

@@ -4,7 +4,8 @@ Each network is a small MLP whose last layer starts at zero, so the corrected si
 out equal to the analytical one (see costmodel/correction.py for how outputs are bounded and
 used). Parameters are a plain nested dict:
 
-    {"ops": {op_class: mlp}, "collectives": mlp, "global": mlp}
+    {"ops": {op_class: mlp}, "collectives": mlp, "global": mlp,
+     "in_situ": {"ops": {op_class: mlp}, "collectives": mlp}}
 
 with each mlp in flax's layout {"Dense_0": {"kernel", "bias"}, "Dense_1": {...}}.
 """
@@ -38,14 +39,20 @@ class CorrectionMLP(nn.Module):
 def init_correction(seed: int = 0) -> dict:
     """Fresh correction parameters (equal to the analytical model until trained)."""
     key = jax.random.PRNGKey(seed)
-    keys = jax.random.split(key, len(OP_CLASSES) + 2)
-    ops = {}
-    for i, cls in enumerate(OP_CLASSES):
-        ops[cls] = CorrectionMLP(1).init(keys[i], jnp.zeros((1, N_OP_FEATURES)))["params"]
-    collectives = CorrectionMLP(2).init(keys[-2], jnp.zeros((1, N_COLLECTIVE_FEATURES)))["params"]
+    keys = jax.random.split(key, 2 * len(OP_CLASSES) + 3)
+
+    def op_and_collective_nets(keys):
+        ops = {cls: CorrectionMLP(1).init(keys[i], jnp.zeros((1, N_OP_FEATURES)))["params"]
+               for i, cls in enumerate(OP_CLASSES)}
+        return ops, CorrectionMLP(2).init(keys[len(OP_CLASSES)], jnp.zeros((1, N_COLLECTIVE_FEATURES)))["params"]
+
+    ops, collectives = op_and_collective_nets(keys[:len(OP_CLASSES) + 1])
+    in_situ_ops, in_situ_collectives = op_and_collective_nets(keys[len(OP_CLASSES) + 1:-1])
     global_ = CorrectionMLP(2, output_bias=(0.0, OVERHEAD_INIT_BIAS)).init(
         keys[-1], jnp.zeros((1, N_RUN_FEATURES)))["params"]
-    return jax.tree_util.tree_map(jnp.asarray, {"ops": ops, "collectives": collectives, "global": global_})
+    params = {"ops": ops, "collectives": collectives, "global": global_,
+              "in_situ": {"ops": in_situ_ops, "collectives": in_situ_collectives}}
+    return jax.tree_util.tree_map(jnp.asarray, params)
 
 
 def to_numpy(params: dict) -> dict:
