@@ -44,16 +44,26 @@ def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
     return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
 
 
-def ops_time(op_list: list[dict], hw: dict, correction, xp):
-    """Seconds for a sequence of ops on one GPU: the GPU's kernel time or the host's dispatch
-    time, whichever is longer (launches are asynchronous)."""
+def op_times(op_list: list[dict], hw: dict, correction, xp) -> list:
+    """Seconds each op's kernels occupy the GPU (GEMMs at the GEMM peak, others at the 16-bit peak)."""
+    return [kernel_time(op, hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"], hw["hbm_bw"],
+                        correction, xp) for op in op_list]
+
+
+def sequence_time(op_list: list[dict], times: list, xp):
+    """Seconds for a sequence of ops whose kernel times are `times`: the GPU's kernel time or the
+    host's dispatch time, whichever is longer (launches are asynchronous)."""
     gpu = 0.0
     launches = 0.0
-    for op in op_list:
-        peak = hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"]
-        gpu = gpu + kernel_time(op, peak, hw["hbm_bw"], correction, xp)
+    for op, t in zip(op_list, times):
+        gpu = gpu + t
         launches = launches + op["kernels"] * xp.where(op["bytes"] > 0, 1.0, 0.0)
     return xp.maximum(gpu, launches * DISPATCH_S)
+
+
+def ops_time(op_list: list[dict], hw: dict, correction, xp):
+    """Seconds for a sequence of ops on one GPU (see sequence_time)."""
+    return sequence_time(op_list, op_times(op_list, hw, correction, xp), xp)
 
 
 def _tp_comm_per_layer(d, net, correction, xp):
@@ -91,8 +101,12 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
     rec = opgraph.recompute_ops(fwd, d["recompute"], xp)
-    t_fwd = ops_time(fwd, hw, correction, xp)
-    t_bwd = ops_time(bwd, hw, correction, xp) + ops_time(rec, hw, correction, xp)
+    fwd_times = op_times(fwd, hw, correction, xp)
+    t_fwd = sequence_time(fwd, fwd_times, xp)
+    # A recomputed op is its forward op again, or nothing (masked): reuse the forward kernel times
+    # instead of evaluating the correction networks a third time per op.
+    rec_times = [t * xp.where(r["flops"] + r["bytes"] > 0, 1.0, 0.0) for t, r in zip(fwd_times, rec)]
+    t_bwd = ops_time(bwd, hw, correction, xp) + sequence_time(rec, rec_times, xp)
     emb = opgraph.embedding_ops(d, xp)
     t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp)
     head = opgraph.head_ops(d, xp)
