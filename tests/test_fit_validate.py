@@ -219,3 +219,19 @@ def test_fit_on_missing_dataset_is_one_line(cli, tmp_path):
     result = cli("fit", tmp_path / "nope", "-o", tmp_path / "x.npz")
     assert result.returncode == 2 and "Traceback" not in result.stderr and "DATASET_DIR" in result.stderr
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_a_frozen_networks_table_is_left_out_of_the_loss_but_its_in_situ_penalty_stays(tmp_path):
+    from vtrain.training.fit import _device_data, loss_terms
+
+    store.append(tmp_path, "runs", synthetic_runs())
+    store.append(tmp_path, "kernels", synthetic_gemms())
+    from vtrain.training.data import fit_data, load_dataset
+
+    arrays = _device_data(fit_data(load_dataset(tmp_path)))
+    params = _with_random_outputs(init_correction(0))
+    full = loss_terms(params, arrays, ("kernels",), in_situ=True)
+    skipped = loss_terms(params, arrays, ("kernels",), in_situ=True, frozen_tables=("kernels",))
+    assert "kernels" in full and "kernels" not in skipped
+    assert float(skipped["kernels_in_situ"]) == pytest.approx(float(full["kernels_in_situ"]))
+    assert float(skipped["runs"]) == pytest.approx(float(full["runs"]))

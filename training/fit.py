@@ -65,6 +65,7 @@ class FitData:
                 FitData(runs_val, times_val, k_val, c_val, w_val))
 
 
+MEASUREMENT_NETWORKS = {"kernels": "ops", "collectives": "collectives"}  # table -> the network it trains
 HUBER_DELTA = 0.1  # log-ratio where the robust loss turns linear (~10 % error)
 
 
@@ -158,10 +159,12 @@ def _measurement_nets_fixed(params: dict) -> dict:
     return {k: jax.lax.stop_gradient(v) if k in ("ops", "collectives") else v for k, v in params.items()}
 
 
-def loss_terms(params: dict, arrays: dict, robust_tables: tuple = (), in_situ: bool = False) -> dict:
+def loss_terms(params: dict, arrays: dict, robust_tables: tuple = (), in_situ: bool = False,
+               frozen_tables: tuple = ()) -> dict:
     """Mean log error per table (missing tables contribute 0).
 
-    The kernel and collective tables are scored on the standalone correction (no in-situ part).
+    The kernel and collective tables are scored on the standalone correction (no in-situ part),
+    except those in `frozen_tables`, whose network the fit does not update (a constant, skipped).
     With `in_situ` (the end-to-end stage), gradients are routed: the op and collective networks learn
     from those tables only, while the iteration times reach only the in-situ and global terms; two
     more terms, "kernels_in_situ" and "collectives_in_situ" (squared error of the in-situ-corrected
@@ -172,7 +175,8 @@ def loss_terms(params: dict, arrays: dict, robust_tables: tuple = (), in_situ: b
     if "runs" in arrays:
         pred = simulate(arrays["runs"], run_view, xp=jnp)["iteration_time_s"]
         terms["runs"] = jnp.mean(arrays["run_weights"] * _sq_log_err(pred, arrays["run_times"]))
-    terms.update(_measurement_terms(standalone(params), arrays, robust_tables))
+    scored = {k: v for k, v in arrays.items() if k not in frozen_tables}
+    terms.update(_measurement_terms(standalone(params), scored, robust_tables))
     if in_situ:
         terms.update({f"{k}_in_situ": v for k, v in _measurement_terms(run_view, arrays, ()).items()})
     return terms
@@ -193,11 +197,14 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
     trainable = set(params) if settings.trainable is None else set(settings.trainable) & set(params)
     frozen = {k: v for k, v in params.items() if k not in trainable}
     params = {k: v for k, v in params.items() if k in trainable}
+    # A measurement table whose network stays fixed adds only a constant to the loss: not computed.
+    frozen_tables = tuple(table for table, net in MEASUREMENT_NETWORKS.items() if net in frozen)
     optimizer = optax.adamw(settings.learning_rate, weight_decay=settings.weight_decay)
     opt_state = optimizer.init(params)
 
     def objective(p, arrays):
-        return _total(loss_terms({**frozen, **p}, arrays, settings.robust_tables, settings.in_situ), settings)
+        return _total(loss_terms({**frozen, **p}, arrays, settings.robust_tables, settings.in_situ, frozen_tables),
+                      settings)
 
     @jax.jit
     def step(p, state, arrays):
@@ -205,13 +212,13 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         updates, state = optimizer.update(grads, state, p)
         return optax.apply_updates(p, updates), state, loss
 
-    val_terms = jax.jit(lambda p, arrays: loss_terms({**frozen, **p}, arrays, settings.robust_tables, settings.in_situ))
+    val_terms = jax.jit(lambda p, arrays: loss_terms({**frozen, **p}, arrays, settings.robust_tables, settings.in_situ,
+                                                     frozen_tables))
     # What early stopping watches, and which parameters each watched loss selects: with runs, the
     # total loss picks the whole parameter set (every network affects the iteration time); without
     # runs, the kernel loss picks the op networks and the collective loss the collective network,
     # each at its own best step.
-    watched = {table: net for table, net in (("kernels", "ops"), ("collectives", "collectives"))
-               if table in val_arrays and net in params}
+    watched = {table: net for table, net in MEASUREMENT_NETWORKS.items() if table in val_arrays and net in params}
     if "runs" in train_arrays or not watched:
         watched = {"total": None}
     best = {name: (float("inf"), params, 0) for name in watched}

@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 
 from vtrain.costmodel.correction import N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
 from vtrain.training.data import Dataset, fit_data
-from vtrain.training.fit import FitData, FitSettings, fit
+from vtrain.training.fit import MEASUREMENT_NETWORKS, FitData, FitSettings, fit
 from vtrain.training.model import init_correction, param_count, to_numpy
 
 # Pre-training steps (at most) per measurement table. The collective network generalises worse to
@@ -16,7 +16,6 @@ from vtrain.training.model import init_correction, param_count, to_numpy
 # small-message latencies), so it is trained here only and kept fixed afterwards; the op networks
 # go on learning from the kernels during the end-to-end stage.
 PRETRAIN_STEPS = {"kernels": 600, "collectives": 800}
-NETWORK_OF_TABLE = {"kernels": "ops", "collectives": "collectives"}
 END_TO_END_NETWORKS = ("ops", "in_situ", "global")
 FEATURES = {
     "ops": ["log2 m", "log2 n", "log2 k", "log2 batch", "log2 FLOP", "log2 bytes", "log2 FLOP/byte",
@@ -47,7 +46,7 @@ def pretrain_settings(settings: FitSettings, table: str) -> FitSettings:
     """Pre-training one network on its micro-benchmark table, with a robust (Huber) loss, since single
     noisy rows (a 2 KB collective at 10x its neighbours' time) are common there."""
     return replace(settings, steps=min(settings.steps, PRETRAIN_STEPS[table]), robust_tables=(table,),
-                   trainable=(NETWORK_OF_TABLE[table],), label=f"pre-train on {table}")
+                   trainable=(MEASUREMENT_NETWORKS[table],), label=f"pre-train on {table}")
 
 
 def end_to_end_settings(settings: FitSettings) -> FitSettings:
