@@ -120,16 +120,22 @@ def _with_random_outputs(params, seed=1):
         for path, leaf in leaves])
 
 
-def test_end_to_end_gradients_are_routed_runs_to_in_situ_and_kernels_to_op_networks(tmp_path):
-    import jax
-
-    from vtrain.training.fit import _device_data, loss_terms
+def _runs_and_gemms_arrays(tmp_path) -> dict:
+    """Device arrays of a dataset of the synthetic runs and GEMMs, as the fit's loss sees them."""
+    from vtrain.training.data import fit_data, load_dataset
+    from vtrain.training.fit import _device_data
 
     store.append(tmp_path, "runs", synthetic_runs())
     store.append(tmp_path, "kernels", synthetic_gemms())
-    from vtrain.training.data import fit_data, load_dataset
+    return _device_data(fit_data(load_dataset(tmp_path)))
 
-    arrays = _device_data(fit_data(load_dataset(tmp_path)))
+
+def test_end_to_end_gradients_are_routed_runs_to_in_situ_and_kernels_to_op_networks(tmp_path):
+    import jax
+
+    from vtrain.training.fit import loss_terms
+
+    arrays = _runs_and_gemms_arrays(tmp_path)
     params = _with_random_outputs(init_correction(0))
 
     def grads_of(term):
@@ -222,13 +228,9 @@ def test_fit_on_missing_dataset_is_one_line(cli, tmp_path):
 
 
 def test_a_frozen_networks_table_is_left_out_of_the_loss_but_its_in_situ_penalty_stays(tmp_path):
-    from vtrain.training.fit import _device_data, loss_terms
+    from vtrain.training.fit import loss_terms
 
-    store.append(tmp_path, "runs", synthetic_runs())
-    store.append(tmp_path, "kernels", synthetic_gemms())
-    from vtrain.training.data import fit_data, load_dataset
-
-    arrays = _device_data(fit_data(load_dataset(tmp_path)))
+    arrays = _runs_and_gemms_arrays(tmp_path)
     params = _with_random_outputs(init_correction(0))
     full = loss_terms(params, arrays, ("kernels",), in_situ=True)
     skipped = loss_terms(params, arrays, ("kernels",), in_situ=True, frozen_tables=("kernels",))

@@ -156,7 +156,8 @@ def _measurement_terms(params: dict, arrays: dict, robust_tables: tuple) -> dict
 
 def _measurement_nets_fixed(params: dict) -> dict:
     """`params` with the op and collective networks behind a stop-gradient."""
-    return {k: jax.lax.stop_gradient(v) if k in ("ops", "collectives") else v for k, v in params.items()}
+    fixed = set(MEASUREMENT_NETWORKS.values())
+    return {k: jax.lax.stop_gradient(v) if k in fixed else v for k, v in params.items()}
 
 
 def loss_terms(params: dict, arrays: dict, robust_tables: tuple = (), in_situ: bool = False,
