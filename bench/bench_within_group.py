@@ -17,11 +17,14 @@ Run: python bench/bench_within_group.py   (reads ../shared/data/vtrain or $VTRAI
 import numpy as np
 import pandas as pd
 
-GROUP = ["num_layers", "hidden_size", "num_attention_heads", "seq_len", "num_gpus", "global_batch", "tp", "pp", "dp"]
+from vtrain.training.metrics import error_stats
+from vtrain.training.runs import SHAPE_COLUMNS
+
+GROUP = [*SHAPE_COLUMNS, "num_gpus", "global_batch", "tp", "pp", "dp"]  # runs that differ in micro-batch only
 
 
 def leave_one_out(group: pd.DataFrame) -> pd.DataFrame:
-    """Absolute percentage error of each row predicted from the others (groups of 3+ rows)."""
+    """Each row's time (s) predicted from the other rows of its group, next to the measured time."""
     m = group["global_batch"] / (group["dp"] * group["micro_batch"])
     steps = (m + group["pp"] - 1).to_numpy()
     mb = group["micro_batch"].to_numpy(float)
@@ -32,7 +35,7 @@ def leave_one_out(group: pd.DataFrame) -> pd.DataFrame:
         rest = np.arange(len(group)) != i
         coef, *_ = np.linalg.lstsq(features[rest], t[rest], rcond=None)
         interior = mb[rest].min() < mb[i] < mb[rest].max()
-        rows.append(dict(ape=abs(features[i] @ coef / t[i] - 1) * 100, interior=interior))
+        rows.append(dict(predicted=features[i] @ coef, measured=t[i], interior=interior))
     return pd.DataFrame(rows)
 
 
@@ -43,14 +46,26 @@ def main():
     root = data_root()
     if root is None or not (root / "vtrain").is_dir():
         raise SystemExit("no shared data: set VTRAIN_DATA to the folder holding vtrain/")
+    files = {label: root / "vtrain" / name for name, label in
+             (("ground_truth_single.csv", "single-node"), ("ground_truth_multi.csv", "multi-node"))}
+    for path in files.values():
+        if not path.is_file():
+            raise SystemExit(f"{path}: not found; get it from github.com/VIA-Research/vTrain (data/) "
+                             "or set VTRAIN_DATA")
+    runs_by_setting = {label: import_ground_truth(path).tables["runs"] for label, path in files.items()}
     print("setting      rows in groups of 3+   LOO MAPE   median   interior rows   interior MAPE")
-    for name, label in (("ground_truth_single.csv", "single-node"), ("ground_truth_multi.csv", "multi-node")):
-        runs = import_ground_truth(root / "vtrain" / name).tables["runs"]
-        errors = pd.concat([leave_one_out(g) for _, g in runs.groupby(GROUP) if len(g) >= 3], ignore_index=True)
-        inner = errors[errors["interior"]]
-        print(f"{label:12s} {len(errors):>21d} {errors['ape'].mean():>9.2f}% {errors['ape'].median():>7.2f}% "
-              f"{len(inner):>15d} {inner['ape'].mean():>14.2f}%")
+    for label, runs in runs_by_setting.items():
+        loo = pd.concat([leave_one_out(g) for _, g in runs.groupby(GROUP) if len(g) >= 3], ignore_index=True)
+        every = error_stats(loo["predicted"], loo["measured"])
+        inner = error_stats(loo["predicted"][loo["interior"]], loo["measured"][loo["interior"]])
+        print(f"{label:12s} {every['rows']:>21d} {every['mape']:>9.2f}% {every['median']:>7.2f}% "
+              f"{inner['rows']:>15d} {inner['mape']:>14.2f}%")
 
 
 if __name__ == "__main__":
-    main()
+    from vtrain.costmodel.errors import UserError
+
+    try:
+        main()
+    except UserError as err:  # a malformed input file: one line, as the CLI prints it
+        raise SystemExit(str(err))
