@@ -31,6 +31,9 @@ def fit(
     from vtrain.training.fit import FitSettings
     from vtrain.training.train import train
 
+    from vtrain.dataset.store import check_output_dir
+
+    check_output_dir(output.parent, "--output")  # refuse an unwritable place before training
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
     # report["validation"]: figures on the fit's own held-out slice (rows early stopping watched,
@@ -81,6 +84,10 @@ def validate(
 
     if folds is not None and folds < 2:
         raise UserError(f"--folds: {folds} must be at least 2 (or omit it for leave-one-shape-out)")
+    if plot is not None:
+        from vtrain.dataset.store import check_output_dir
+
+        check_output_dir(plot.parent, "--plot")  # refuse an unwritable place before cross-validating
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
     console = Console(stderr=as_json)

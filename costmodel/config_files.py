@@ -9,6 +9,7 @@ import json
 import tomllib
 from pathlib import Path
 
+from vtrain.costmodel.errors import user_file
 from vtrain.costmodel.presets import lookup_model, model_names
 from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, TrainConfig, build_config, suggest_field
 
@@ -52,7 +53,8 @@ HF_MAX_SEQ_LEN = 8192  # long-context checkpoints are trained mostly at <= 8k; o
 def _read_mapping(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError("config", f"file '{path}' not found; give a path to a TOML or JSON config")
-    text = path.read_text(encoding="utf-8-sig")
+    with user_file(path, "config"):
+        text = path.read_text(encoding="utf-8-sig")
     try:
         if path.suffix.lower() == ".toml":
             return tomllib.loads(text)
@@ -96,7 +98,15 @@ def from_hf(data: dict) -> dict:
     gated = model_type in HF_LLAMA_TYPES or str(data.get("hidden_act", "")).lower() in ("silu", "swiglu")
     out["arch"] = "llama" if gated else "gpt"
     if "seq_len" in out:
-        out["seq_len"] = min(int(out["seq_len"]), HF_MAX_SEQ_LEN)
+        key = next(k for k in HF_KEYS["seq_len"] if data.get(k) is not None)
+        try:
+            seq = float(out["seq_len"])
+            if not seq == int(seq):  # NaN, inf and fractions are refused below by build_config
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(key, f"'{out['seq_len']}' in the Hugging Face config is not an integer; fix it or "
+                                   "give --seq-len") from None
+        out["seq_len"] = min(int(seq), HF_MAX_SEQ_LEN)
     return out
 
 

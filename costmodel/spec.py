@@ -7,6 +7,7 @@ per direction) and Gb/s (inter-node, per GPU); sizes in tokens; everything else 
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from vtrain.costmodel.errors import UserError
@@ -140,6 +141,9 @@ def suggest_field(name: str) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+MAX_INT = 2 ** 40  # integer fields must stay below this (far above any real config; keeps int64 and divisors exact)
+
+
 def _coerce(name: str, value):
     """Convert a raw value (str from CSV/flags, number from JSON) to the field's type."""
     if name in _BOOL_FIELDS:
@@ -160,6 +164,8 @@ def _coerce(name: str, value):
             raise ConfigError(name, f"'{value}' is not a finite number; give a whole number")
         if as_float != int(as_float):
             raise ConfigError(name, f"{value} is not a whole number; give an integer")
+        if abs(as_float) >= MAX_INT:
+            raise ConfigError(name, f"{value} is too large; give a whole number below 2**40 (1.1e12)")
         return int(as_float)
     if name in _FLOAT_FIELDS:
         try:
@@ -173,7 +179,12 @@ def _coerce(name: str, value):
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order (O(sqrt n), so huge values stay fast)."""
+    n = int(n)
+    if n <= 0:
+        return []
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _fmt_choices(values) -> str:
