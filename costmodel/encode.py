@@ -29,6 +29,8 @@ def config_row(config: TrainConfig) -> dict[str, float]:
         hbm_bw=gpu.hbm_bw, hbm_bytes=gpu.hbm_bytes, intra_bw=clu.intra_node_bw_GBps * 1e9,
         inter_bw=clu.inter_node_bw_Gbps * 1e9 / 8.0, gpus_per_node=clu.gpus_per_node,
         grad_bytes=GRAD_BYTES[clu.precision],
+        experts=mdl.num_experts, top_k=mdl.experts_per_token, moe_ffn=mdl.moe_ffn_hidden_size,
+        shared=mdl.shared_experts, dense_layers=mdl.first_dense_layers, ep=par.ep,
     )
 
 

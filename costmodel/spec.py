@@ -38,12 +38,34 @@ class ModelSpec:
     ffn_hidden_size: int = 0
     vocab_size: int = 51200
     arch: str = "gpt"
+    # Mixture of experts (0 experts = dense). moe_ffn_hidden_size 0 = ffn_hidden_size.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_hidden_size: int = 0
+    shared_experts: int = 0
+    first_dense_layers: int = 0
 
     def __post_init__(self):
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
         if self.ffn_hidden_size == 0:
             object.__setattr__(self, "ffn_hidden_size", default_ffn(self.arch, self.hidden_size))
+        if self.num_experts and self.moe_ffn_hidden_size == 0:
+            object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return max(self.num_layers - self.first_dense_layers, 0) if self.num_experts else 0
+
+    def _expert_parameters(self) -> int:
+        h, f = self.hidden_size, self.moe_ffn_hidden_size
+        return 3 * h * f if self.arch == "llama" else 2 * h * f + f + h
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses: all but the routed experts it is not sent to (= total for dense)."""
+        unused = self.num_moe_layers * (self.num_experts - self.experts_per_token) * self._expert_parameters()
+        return self.num_parameters - unused
 
     @property
     def num_parameters(self) -> int:
@@ -63,7 +85,14 @@ class ModelSpec:
             biases = 3 * h + h + f + h
             emb = self.vocab_size * h + self.seq_len * h  # tied embedding + learned positions
             final_norm = 2 * h
-        return int(self.num_layers * (attn + mlp + norms + biases) + emb + final_norm)
+        dense_layer = attn + mlp + norms + biases
+        total = self.num_layers * dense_layer + emb + final_norm
+        if self.num_experts:
+            # MoE layer: the dense MLP (and its fc2 bias) replaced by router + routed + shared experts
+            gpt_mlp_biases = 0 if self.arch == "llama" else f + h
+            moe_mlp = (h * self.num_experts + (self.num_experts + self.shared_experts) * self._expert_parameters())
+            total += self.num_moe_layers * (moe_mlp - mlp - gpt_mlp_biases)
+        return int(total)
 
 
 def default_ffn(arch: str, hidden: int) -> int:
@@ -89,6 +118,7 @@ class ParallelSpec:
     schedule: str = "1f1b"
     vpp: int = 1
     overlap_grad_reduce: bool = False
+    ep: int = 1
 
     @property
     def num_micro_batches(self) -> int:
@@ -215,6 +245,8 @@ def build_config(values: dict) -> TrainConfig:
         raise ConfigError("num_kv_heads", f"{model.num_kv_heads} does not divide num_attention_heads={heads}; "
                           f"use one of {_fmt_choices(_divisors(heads))}")
 
+    _check_moe_model(model)
+
     # --- cluster ---
     gpu_name = v.get("gpu", ClusterSpec.gpu)
     gpu = lookup_gpu(gpu_name)
@@ -297,11 +329,64 @@ def build_config(values: dict) -> TrainConfig:
     if sp and model.seq_len % tp:
         raise ConfigError("sequence_parallel", f"seq_len={model.seq_len} is not divisible by tp={tp}; "
                           "turn sequence_parallel off or pick tp dividing seq_len")
+    ep = v.get("ep", 1)
+    _check_moe_parallel(model, ep, dp, tp, sp)
     parallel = ParallelSpec(tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=micro_batch,
                             global_batch=global_batch, sequence_parallel=sp, recompute=recompute,
                             zero_stage=zero_stage, schedule=schedule, vpp=vpp,
-                            overlap_grad_reduce=v.get("overlap_grad_reduce", False))
+                            overlap_grad_reduce=v.get("overlap_grad_reduce", False), ep=ep)
     return TrainConfig(model=model, parallel=parallel, cluster=cluster)
+
+
+MOE_FIELDS = ("experts_per_token", "moe_ffn_hidden_size", "shared_experts", "first_dense_layers")
+
+
+def moe_model_error(num_layers, num_experts, experts_per_token, moe_ffn, shared, first_dense) -> tuple | None:
+    """(field, message) for the first invalid MoE model field, or None (shared with encode_table)."""
+    for name, val in zip(("num_experts",) + MOE_FIELDS, (num_experts, experts_per_token, moe_ffn, shared, first_dense)):
+        if val < 0:
+            return name, f"{val} must be >= 0"
+    if num_experts == 0:
+        for name, val in zip(MOE_FIELDS, (experts_per_token, moe_ffn, shared, first_dense)):
+            if val:
+                return name, f"{val} needs a mixture-of-experts model; set num_experts (> 0) or drop {name}"
+        return None
+    if experts_per_token == 0:
+        return "experts_per_token", "missing; give the number of routed experts per token (top-k) for num_experts > 0"
+    if experts_per_token > num_experts:
+        return "experts_per_token", f"{experts_per_token} exceeds num_experts={num_experts}; use 1..{num_experts}"
+    if first_dense >= num_layers:
+        return "first_dense_layers", f"{first_dense} leaves no MoE layer of num_layers={num_layers}; use 0..{num_layers - 1}"
+    return None
+
+
+def moe_parallel_error(num_experts, ep, dp, tp, sp) -> tuple | None:
+    """(field, message) for an invalid expert-parallel layout, or None (shared with encode_table)."""
+    if ep <= 0:
+        return "ep", f"{ep} must be a positive integer"
+    if num_experts == 0:
+        return ("ep", f"{ep} needs a mixture-of-experts model; set num_experts or ep=1") if ep != 1 else None
+    if num_experts % ep:
+        return "ep", f"{ep} does not divide num_experts={num_experts}; use ep in {_fmt_choices(_divisors(num_experts))}"
+    if dp % ep:
+        return "ep", (f"{ep} does not divide the data-parallel size dp={dp} (experts are sharded inside the dp group); "
+                      f"use ep in {_fmt_choices([e for e in _divisors(dp) if num_experts % e == 0])}")
+    if tp > 1 and not sp:
+        return "sequence_parallel", "mixture-of-experts with tp > 1 needs sequence_parallel=true (as Megatron-Core)"
+    return None
+
+
+def _check_moe_model(model: ModelSpec) -> None:
+    err = moe_model_error(model.num_layers, model.num_experts, model.experts_per_token, model.moe_ffn_hidden_size,
+                          model.shared_experts, model.first_dense_layers)
+    if err:
+        raise ConfigError(*err)
+
+
+def _check_moe_parallel(model: ModelSpec, ep, dp, tp, sp) -> None:
+    err = moe_parallel_error(model.num_experts, ep, dp, tp, sp)
+    if err:
+        raise ConfigError(*err)
 
 
 def with_changes(config: TrainConfig, **changes) -> TrainConfig:

@@ -20,14 +20,16 @@ from vtrain.costmodel.hardware import GPUS, gpu_names, lookup_gpu
 from vtrain.costmodel.presets import lookup_model, model_names
 from vtrain.costmodel.spec import (
     _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS, ALL_FIELDS, ARCHS, MODEL_FIELDS, PRECISIONS, RECOMPUTE_MODES,
-    REQUIRED_MODEL_FIELDS, SCHEDULES, ConfigError, _coerce, _divisors, _fmt_choices, suggest_field,
+    REQUIRED_MODEL_FIELDS, SCHEDULES, ConfigError, _coerce, _divisors, _fmt_choices, moe_model_error,
+    moe_parallel_error, suggest_field,
 )
 
 PRESET_COLUMN = "model"
 ENCODED_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "llama", "tp", "pp", "dp", "num_gpus",
                 "micro_batch", "global_batch", "num_micro_batches", "sp", "recompute", "zero_stage", "schedule",
                 "vpp", "overlap", "peak_flops", "peak_flops_16", "hbm_bw", "hbm_bytes", "intra_bw", "inter_bw",
-                "gpus_per_node", "grad_bytes")
+                "gpus_per_node", "grad_bytes", "experts", "top_k", "moe_ffn", "shared", "dense_layers", "ep")
+_MOE_MODEL_FIELDS = ("num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_experts", "first_dense_layers")
 _GPU_LIST = list(GPUS.values())
 _MODEL_DEFAULTS = dict(seq_len=2048, num_kv_heads=0, ffn_hidden_size=0, vocab_size=51200, arch="gpt")
 
@@ -282,6 +284,17 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[dict[str, np.ndar
            lambda i: f"{kv[i]} does not divide num_attention_heads={heads[i]}; use one of "
                      f"{_fmt_choices(_divisors(int(heads[i])))}")
 
+    # --- mixture of experts (spec.moe_model_error, row by row where any MoE field is set) ---
+    moe_f = {name: field(name, 0)[0] for name in _MOE_MODEL_FIELDS}
+    moe_ffn = np.where((moe_f["num_experts"] != 0) & (moe_f["moe_ffn_hidden_size"] == 0), ffn,
+                       moe_f["moe_ffn_hidden_size"])
+    moe_err = np.full(n, None, dtype=object)
+    for i in np.flatnonzero(E.ok & np.any([moe_f[k] != 0 for k in _MOE_MODEL_FIELDS], axis=0)):
+        err = moe_model_error(int(layers[i]), *(int(moe_f[k][i]) for k in _MOE_MODEL_FIELDS))
+        if err:
+            moe_err[i] = f"{err[0]}: {err[1]}"
+    E.fail_msg(moe_err)
+
     # --- cluster ---
     gpu_name, _ = field("gpu", "a100-80gb")
 
@@ -389,6 +402,13 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[dict[str, np.ndar
     E.fail(sp & (seq % _safe(tp, ok) != 0), "sequence_parallel",
            lambda i: f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
                      "dividing seq_len")
+    ep, _ = field("ep", 1)
+    ep_err = np.full(n, None, dtype=object)
+    for i in np.flatnonzero(E.ok & ((ep != 1) | (moe_f["num_experts"] != 0))):
+        err = moe_parallel_error(int(moe_f["num_experts"][i]), int(ep[i]), int(dp[i]), int(tp[i]), bool(sp[i]))
+        if err:
+            ep_err[i] = f"{err[0]}: {err[1]}"
+    E.fail_msg(ep_err)
     overlap, _ = field("overlap_grad_reduce", False)
 
     # --- encode (as encode.config_row) ---
@@ -409,7 +429,8 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[dict[str, np.ndar
         peak_flops_16=np.array([s.peak_flops.get("bf16", s.peak_flops["fp16"]) for s in _GPU_LIST])[g],
         hbm_bw=np.array([s.hbm_bw for s in _GPU_LIST])[g], hbm_bytes=np.array([s.hbm_bytes for s in _GPU_LIST])[g],
         intra_bw=intra.astype(f64) * 1e9, inter_bw=inter.astype(f64) * 1e9 / 8.0, gpus_per_node=gpus_per_node,
-        grad_bytes=grad_bytes,
+        grad_bytes=grad_bytes, experts=moe_f["num_experts"], top_k=moe_f["experts_per_token"], moe_ffn=moe_ffn,
+        shared=moe_f["shared_experts"], dense_layers=moe_f["first_dense_layers"], ep=ep,
     )
     d = {k: np.asarray(d[k], dtype=f64) for k in ENCODED_KEYS}
     bad = ~E.ok
