@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from vtrain.costmodel import moe
 from vtrain.costmodel.ops import ACT_BYTES, layer_parameters
+from vtrain.costmodel.rules import Recompute
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
@@ -18,10 +19,10 @@ FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocat
 def activation_bytes_per_layer(d: dict, xp):
     """Bytes of activations one layer stores for one micro-batch on one GPU (no recompute),
     and the part that selective recompute drops (the s^2 attention tensors)."""
-    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
-    llama, gpt = d["llama"], 1.0 - d["llama"]
+    h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
+    llama, gpt = d.llama, 1.0 - d.llama
     sbh = s * b * h
-    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    sp_div = xp.where(d.sp > 0, tp, 1.0)
     # Replicated across TP ranks unless SP: norm inputs (2 x 2sbh), inputs of the column-parallel
     # GEMMs (2 x 2sbh), dropout masks (2 x sbh, GPT only).
     replicated = 8.0 * sbh + gpt * 2.0 * sbh
@@ -39,9 +40,9 @@ def activation_bytes_per_layer(d: dict, xp):
 def _states(params, d, xp, dp=None) -> tuple:
     """(weights, gradients, optimizer) bytes for `params` parameters on one GPU, sharded by ZeRO
     over `dp` ranks (default: the data-parallel group)."""
-    zero, dp = d["zero_stage"], d["dp"] if dp is None else dp
+    zero, dp = d.zero_stage, d.dp if dp is None else dp
     weights = ACT_BYTES * params / xp.where(zero >= 3, dp, 1.0)
-    grads = d["grad_bytes"] * params / xp.where(zero >= 2, dp, 1.0)
+    grads = d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0)
     optimizer = 12.0 * params / xp.where(zero >= 1, dp, 1.0)
     return weights, grads, optimizer
 
@@ -49,12 +50,12 @@ def _states(params, d, xp, dp=None) -> tuple:
 def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> dict:
     """Peak bytes per GPU on the most loaded pipeline stage: the first (embedding, most in-flight
     micro-batches) or the last (output layer, fp32 logits of one micro-batch)."""
-    tp, pp = d["tp"], d["pp"]
+    tp, pp = d.tp, d.pp
     single = pp <= 1
-    layers_per_stage = d["layers"] / pp
+    layers_per_stage = d.layers / pp
     # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
     # pp > 1), a separate matrix for Llama; plus the final norm.
-    head_params = xp.where(single, d["llama"], 1.0) * embedding_params + 2.0 * d["hidden"]
+    head_params = xp.where(single, d.llama, 1.0) * embedding_params + 2.0 * d.hidden
     n_moe = moe.stage_moe_layers(d, xp)
     moe_dense = moe.moe_layer_dense_parameters(d, layer_parameters)
 
@@ -66,20 +67,20 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
 
     per_layer, attention_scores, mlp_part = activation_bytes_per_layer(d, xp)
     per_moe_layer = moe.activation_bytes(d, xp, per_layer, mlp_part)
-    sbh = d["seq"] * d["micro_batch"] * d["hidden"]
-    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    sbh = d.seq * d.micro_batch * d.hidden
+    sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
-    stored = xp.where(d["recompute"] >= 2, stored_full_recompute,
-                      xp.where(d["recompute"] >= 1, per_layer - attention_scores, per_layer))
-    stored_moe = xp.where(d["recompute"] >= 2, stored_full_recompute,
-                          xp.where(d["recompute"] >= 1, per_moe_layer - attention_scores, per_moe_layer))
+    stored = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
+                      xp.where(d.recompute >= Recompute.SELECTIVE, per_layer - attention_scores, per_layer))
+    stored_moe = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
+                          xp.where(d.recompute >= Recompute.SELECTIVE, per_moe_layer - attention_scores, per_moe_layer))
     is_moe = moe.is_moe(d, xp)
     # Full recompute still materializes one layer's activations during its backward pass; MoE
     # layers also hold one all-to-all's send and receive buffers at a time.
-    working = xp.where(d["recompute"] >= 2, xp.maximum(per_layer, is_moe * per_moe_layer), 0.0) + \
+    working = xp.where(d.recompute >= Recompute.FULL, xp.maximum(per_layer, is_moe * per_moe_layer), 0.0) + \
         is_moe * moe.permutation_buffer_bytes(d, xp)
     # fp32 logits and their gradient for one micro-batch
-    logits = 2.0 * 4.0 * d["seq"] * d["micro_batch"] * d["vocab"] / tp
+    logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
     def stage(params, n, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)

@@ -1,6 +1,6 @@
 """The analytical simulator: one training iteration's time, breakdown and memory per GPU.
 
-`simulate(d, correction=None, xp=numpy)` takes `d`, a dict of arrays with one entry per
+`simulate(d, correction=None, xp=numpy)` takes `d`, a SimInput of arrays with one entry per
 configuration (see `encode.py`), and returns a dict of arrays in seconds / bytes. It is pure
 array code, so the same function runs on numpy (fast single predictions, no JAX import) and
 under `jax.jit`, `jax.vmap` and `jax.grad` with `xp=jax.numpy`.
@@ -17,21 +17,14 @@ import numpy as np
 
 from vtrain.costmodel import moe
 from vtrain.costmodel import ops as opgraph
+from vtrain.costmodel.ops import BASE_EFFICIENCY  # noqa: F401 (re-exported)
 from vtrain.costmodel.collectives import all_to_all_time, collective_time, lut_allreduce_time
 from vtrain.costmodel.correction import global_adjustment, op_efficiency
+from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches, pipeline_time
+from vtrain.costmodel.rules import Recompute
 
-# Fraction of the roofline each op class reaches (analytical defaults; the learned correction
-# replaces them with shape- and hardware-dependent values).
-BASE_EFFICIENCY = {
-    "gemm": 0.70,
-    "attention": 0.45,
-    "softmax": 0.60,
-    "norm": 0.60,
-    "elementwise": 0.70,
-    "embedding": 0.50,
-}
 DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
@@ -70,12 +63,12 @@ def ops_time(op_list: list[dict], hw: dict, correction, xp):
 def _tp_comm_per_layer(d, net, correction, xp):
     """TP collectives of one layer, one micro-batch, one direction (forward or backward):
     2 all-reduces of the layer output, or with SP 2 all-gathers + 2 reduce-scatters."""
-    size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["hidden"]
-    tp_per_node = xp.minimum(d["tp"], d["gpus_per_node"])
-    ar = _allreduce(size, d["tp"], tp_per_node, net, correction, xp)
-    ag = collective_time("all_gather", size, d["tp"], tp_per_node, net, correction, xp)
-    rs = collective_time("reduce_scatter", size, d["tp"], tp_per_node, net, correction, xp)
-    return xp.where(d["sp"] > 0, 2.0 * (ag + rs), 2.0 * ar)
+    size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
+    tp_per_node = xp.minimum(d.tp, d.gpus_per_node)
+    ar = _allreduce(size, d.tp, tp_per_node, net, correction, xp)
+    ag = collective_time("all_gather", size, d.tp, tp_per_node, net, correction, xp)
+    rs = collective_time("reduce_scatter", size, d.tp, tp_per_node, net, correction, xp)
+    return xp.where(d.sp > 0, 2.0 * (ag + rs), 2.0 * ar)
 
 
 def _allreduce(size, group, ranks_per_node, net, correction, xp):
@@ -88,20 +81,20 @@ def _allreduce(size, group, ranks_per_node, net, correction, xp):
     return xp.where(in_node, lut_allreduce_time(size, group, table, xp), modelled)
 
 
-def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
+def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
     """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config."""
-    hw = dict(peak_flops=d["peak_flops"], peak_flops_16=d["peak_flops_16"], hbm_bw=d["hbm_bw"])
-    net = dict(intra_bw=d["intra_bw"], inter_bw=d["inter_bw"], allreduce_table=allreduce_table)
-    tp, pp, dp, vpp = d["tp"], d["pp"], d["dp"], d["vpp"]
-    m = d["num_micro_batches"]
-    layers_per_stage = d["layers"] / pp
+    hw = dict(peak_flops=d.peak_flops, peak_flops_16=d.peak_flops_16, hbm_bw=d.hbm_bw)
+    net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
+    tp, pp, dp, vpp = d.tp, d.pp, d.dp, d.vpp
+    m = d.num_micro_batches
+    layers_per_stage = d.layers / pp
 
     factor, overhead_per_mb = global_adjustment(correction, d, xp)
 
     # --- compute per layer and micro-batch ---
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
-    rec = opgraph.recompute_ops(fwd, d["recompute"], xp)
+    rec = opgraph.recompute_ops(fwd, d.recompute, xp)
     fwd_times = op_times(fwd, hw, correction, xp)
     t_fwd = sequence_time(fwd, fwd_times, xp)
     # A recomputed op is its forward op again, or nothing (masked): reuse the forward kernel times
@@ -117,7 +110,7 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     n_moe = moe.stage_moe_layers(d, xp)
     moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp))
     moe_bwd = moe.mask_shared(opgraph.backward_ops(moe_fwd, xp), d, xp)
-    moe_rec = opgraph.recompute_ops(moe_fwd, d["recompute"], xp)
+    moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp)
     moe_fwd_times = op_times(moe_fwd, hw, correction, xp)
     moe_rec_times = [t * xp.where(r["flops"] + r["bytes"] > 0, 1.0, 0.0) for t, r in zip(moe_fwd_times, moe_rec)]
     t_moe = sequence_time(moe_fwd, moe_fwd_times, xp) + ops_time(moe_bwd, hw, correction, xp) + \
@@ -125,32 +118,32 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
-    full_recompute = xp.where(d["recompute"] >= 2, 1.0, 0.0)
+    full_recompute = xp.where(d.recompute >= Recompute.FULL, 1.0, 0.0)
     tp_per_layer = tp_layer * (2.0 + full_recompute)  # forward, backward, (forward again)
-    tp_per_node = xp.minimum(tp, d["gpus_per_node"])
+    tp_per_node = xp.minimum(tp, d.gpus_per_node)
     # vocabulary-parallel embedding all-reduce (fwd) and cross-entropy statistics (3 fp32 per token)
-    emb_size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["hidden"]
+    emb_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
     tp_emb = _allreduce(emb_size, tp, tp_per_node, net, correction, xp)
-    tp_head = 3.0 * _allreduce(4.0 * d["micro_batch"] * d["seq"], tp, tp_per_node, net, correction, xp)
+    tp_head = 3.0 * _allreduce(4.0 * d.micro_batch * d.seq, tp, tp_per_node, net, correction, xp)
 
     # --- pipeline point-to-point (activations forward, gradients backward) ---
     # Ranks are ordered tp, dp, pp: neighbouring stages are tp*dp ranks apart.
-    p2p_size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["hidden"] / tp
+    p2p_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden / tp
     stage_stride = tp * dp
-    p2p_ranks_per_node = xp.where(stage_stride >= d["gpus_per_node"], 1.0, 2.0)
+    p2p_ranks_per_node = xp.where(stage_stride >= d.gpus_per_node, 1.0, 2.0)
     p2p = collective_time("send_recv", p2p_size, 2.0, p2p_ranks_per_node, net, correction, xp)
     pp_per_mb = xp.where(pp > 1, 2.0 * p2p * vpp, 0.0)
 
     # --- expert-parallel all-to-all (dispatch + combine, forward and backward, again with full
     # recompute) and the all-gather / reduce-scatter of the routed tokens over the tp ranks ---
     moe_mask = moe.is_moe(d, xp)
-    ep_per_node = xp.clip(d["gpus_per_node"] / tp, 1.0, d["ep"])
-    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d["ep"], ep_per_node, net, correction, xp)
+    ep_per_node = xp.clip(d.gpus_per_node / tp, 1.0, d.ep)
+    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp)
     ep_per_layer = moe_mask * 2.0 * a2a * (2.0 + full_recompute)
-    routed_size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["top_k"] * d["hidden"]
+    routed_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.top_k * d.hidden
     moe_tp = collective_time("all_gather", routed_size, tp, tp_per_node, net, correction, xp) + \
         collective_time("reduce_scatter", routed_size, tp, tp_per_node, net, correction, xp)
-    # the routed tokens' gather/scatter replaces nothing: the shared experts keep the layer's own TP comm
+    # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
     def stage_layers(n):
@@ -176,35 +169,35 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     # largest stage (the first: embedding); MoE layers count their non-expert parameters here
     stage_params = ((layers_per_stage - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
                     + embedding_params) / tp
-    grad_size = d["grad_bytes"] * stage_params
-    dp_per_node = xp.clip(d["gpus_per_node"] / tp, 1.0, dp)
+    grad_size = d.grad_bytes * stage_params
+    dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dp)
     allreduce = _allreduce(grad_size, dp, dp_per_node, net, correction, xp)
     sharded = collective_time("reduce_scatter", grad_size, dp, dp_per_node, net, correction, xp) + \
         collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net, correction, xp)
-    t_dp = xp.where(d["zero_stage"] >= 1, sharded, allreduce)
+    t_dp = xp.where(d.zero_stage >= 1, sharded, allreduce)
     # ZeRO-3 gathers the weights again in forward and backward of every micro-batch (overlapped
     # with compute where possible).
     zero3_gather = collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net,
                                    correction, xp)
-    zero3 = xp.where(d["zero_stage"] >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
+    zero3 = xp.where(d.zero_stage >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
     # Expert gradients (of the stage holding the most MoE layers) reduce over the expert-data-
     # parallel group: dp / ep ranks, ep * tp apart in the rank order.
     moe_most = xp.maximum(n_moe["first"], xp.maximum(xp.where(pp > 2, n_moe["middle"], 0.0), n_moe["last"]))
     expert_params = moe.expert_parameters_per_gpu(d, moe_most)
     edp = moe.expert_dp(d)
-    edp_per_node = xp.clip(d["gpus_per_node"] / (tp * d["ep"]), 1.0, edp)
-    expert_grad = d["grad_bytes"] * expert_params
+    edp_per_node = xp.clip(d.gpus_per_node / (tp * d.ep), 1.0, edp)
+    expert_grad = d.grad_bytes * expert_params
     expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
     expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \
         collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
-    t_dp = t_dp + moe_mask * xp.where(d["zero_stage"] >= 1, expert_sharded, expert_allreduce)
+    t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
-    overlap_window = xp.where(d["overlap"] > 0, layers_per_stage * t_bwd, 0.0)
-    dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d["overlap"]) + zero3
+    overlap_window = xp.where(d.overlap > 0, layers_per_stage * t_bwd, 0.0)
+    dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap) + zero3
 
-    optimizer_params = stage_params / xp.where(d["zero_stage"] >= 1, dp, 1.0) + \
-        expert_params / xp.where(d["zero_stage"] >= 1, edp, 1.0)
-    optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d["hbm_bw"]) + \
+    optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dp, 1.0) + \
+        expert_params / xp.where(d.zero_stage >= 1, edp, 1.0)
+    optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d.hbm_bw) + \
         ADAM_KERNELS * DISPATCH_S
 
     breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"],
@@ -213,10 +206,10 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     breakdown = {k: v * factor for k, v in breakdown.items()}
     iteration = sum(breakdown[k] for k in BREAKDOWN_KEYS)
 
-    in_flight = in_flight_micro_batches(m, pp, vpp, d["schedule"], xp)
+    in_flight = in_flight_micro_batches(m, pp, vpp, d.schedule, xp)
     memory = memory_per_gpu(d, in_flight, layer_params, embedding_params, xp)
     model_flops = m * dp * opgraph.model_flops_per_micro_batch(d, xp)
-    mfu = model_flops / (iteration * d["num_gpus"] * d["peak_flops"])
-    tokens = d["global_batch"] * d["seq"]
+    mfu = model_flops / (iteration * d.num_gpus * d.peak_flops)
+    tokens = d.global_batch * d.seq
     return dict(iteration_time_s=iteration, breakdown=breakdown, memory=memory, model_flops=model_flops,
-                mfu=mfu, tokens_per_s=tokens / iteration, fits_memory=memory["total"] <= d["hbm_bytes"])
+                mfu=mfu, tokens_per_s=tokens / iteration, fits_memory=memory["total"] <= d.hbm_bytes)

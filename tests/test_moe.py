@@ -134,8 +134,8 @@ def test_table_encoding_of_moe_rows_equals_the_config_encoding():
     configs = [build_config({**{k: v for k, v in r.items() if k != "model"},
                              **(lookup_model(r["model"]) if "model" in r else {})}) for r in rows]
     expected = encode(configs)
-    for key, values in expected.items():
-        np.testing.assert_array_equal(d[key], values, err_msg=key)
+    for key, values in expected._asdict().items():
+        np.testing.assert_array_equal(getattr(d, key), values, err_msg=key)
 
 
 def test_hf_configs_of_moe_models_map_onto_the_fields():
