@@ -84,6 +84,7 @@ def predict(
     predictor = Predictor.load(checkpoint, allreduce_table=table)
     result = predictor.predict(cfg)
     cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None
+    outside = _outside_line(predictor, cfg)
 
     if as_json:
         out = dict(
@@ -92,7 +93,7 @@ def predict(
             fits_memory=result.fits_memory, breakdown=result.breakdown, memory_breakdown_gib=result.memory_breakdown_gib,
             model_flops_per_iteration=result.model_flops, num_parameters=cfg.model.num_parameters,
             active_parameters=cfg.model.active_parameters,
-            checkpoint=result.checkpoint, config=cfg.flat(),
+            checkpoint=result.checkpoint, config=cfg.flat(), outside_training_data=outside,
         )
         if cost:
             out.update(tokens=cost.tokens, iterations=cost.iterations, train_days=cost.train_days,
@@ -100,6 +101,23 @@ def predict(
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     _print_table(cfg, result, cost, price_per_gpu_hour)
+    if outside:
+        typer.echo(outside)
+
+
+def _outside_line(predictor, cfg) -> str:
+    """One line naming the inputs outside the checkpoint's training runs ('' when none or analytical)."""
+    import numpy as np
+
+    from vtrain.costmodel.correction import out_of_domain
+    from vtrain.costmodel.encode import encode
+
+    items = (out_of_domain(predictor.correction, encode([cfg]), np) or [[]])[0]
+    if not items:
+        return ""
+    parts = ", ".join(f"{name}={v:g} (trained {lo:g}-{hi:g})" for name, v, lo, hi in items)
+    return (f"outside the training data: {parts}; the learned global term is held at the edge of its "
+            "training range, so treat this answer as an extrapolation (--checkpoint none: analytical)")
 
 
 def _print_table(cfg, result, cost, price):

@@ -172,7 +172,7 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
     """Canonical fields (rules.check's input) of every strategy: cfg's model, cluster and global
     batch (repeated, or of length 1 with broadcast=False) with the strategy's layout."""
     n = len(strategies["tp"])
-    f = {k: (np.repeat(v, n) if broadcast else v) for k, v in config_fields([cfg]).items()}
+    f = {k: (np.repeat(v, n) if broadcast or n == 0 else v) for k, v in config_fields([cfg]).items()}
     for key in STRATEGY_FIELDS:
         if key != "num_micro_batches":
             f[key] = strategies[key]
