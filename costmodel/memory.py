@@ -62,8 +62,12 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
     stored = xp.where(d["recompute"] >= 2, stored_full_recompute,
                       xp.where(d["recompute"] >= 1, per_layer - attention_scores, per_layer))
-    # Full recompute still materializes one layer's activations during its backward pass.
-    working = xp.where(d["recompute"] >= 2, per_layer, 0.0)
+    # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
+    # time: full recompute the layer's activations beyond its stored input, selective the
+    # attention scores. (Counting the whole layer on top of its stored input made full exceed
+    # selective when few micro-batches are in flight.) So none >= selective >= full always.
+    working = xp.where(d["recompute"] >= 2, per_layer - stored_full_recompute,
+                       xp.where(d["recompute"] >= 1, attention_scores, 0.0))
     # fp32 logits and their gradient for one micro-batch
     logits = 2.0 * 4.0 * d["seq"] * d["micro_batch"] * d["vocab"] / tp
 
