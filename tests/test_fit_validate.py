@@ -1,6 +1,7 @@
 """The learned correction: starts equal to the analytical model, learns a systematic error from
 held-out-safe data, round-trips through checkpoints, and the profile -> fit -> predict path."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,8 @@ from vtrain.dataset import store
 from vtrain.training.evaluate import cross_validate, cross_validate_runs, error_stats, summarize, summarize_measurements
 from vtrain.training.fit import FitSettings
 from vtrain.training.model import init_correction, to_numpy
+
+REPO = Path(__file__).resolve().parent.parent
 
 SLOWDOWN = 1.35  # the synthetic "measured" runs are 35% slower than the analytical model
 
@@ -237,3 +240,29 @@ def test_a_frozen_networks_table_is_left_out_of_the_loss_but_its_in_situ_penalty
     assert "kernels" in full and "kernels" not in skipped
     assert float(skipped["kernels_in_situ"]) == pytest.approx(float(full["kernels_in_situ"]))
     assert float(skipped["runs"]) == pytest.approx(float(full["runs"]))
+
+
+def _file_digest(path):
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fit_without_output_writes_in_the_working_dir_and_says_what_it_cannot_learn(cli, tmp_path):
+    """Issue 19: `vtrain fit DIR` in the repository root overwrote the shipped checkpoint, even from
+    a dataset without runs."""
+    shipped = REPO / "checkpoints" / "default.npz"
+    before = _file_digest(shipped)
+    store.append(tmp_path / "ds", "kernels", synthetic_gemms())
+    work = tmp_path / "work"
+    work.mkdir()
+    result = cli("fit", tmp_path / "ds", "--steps", "20", "--quiet", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert (work / "vtrain-checkpoint.npz").exists() and (work / "vtrain-checkpoint.json").exists()
+    assert "no runs" in result.stderr and "stays analytical" in result.stderr and "gemm" in result.stderr
+    assert "no collectives" in result.stderr
+    # Into the package's checkpoints folder only on purpose; the shipped file is untouched.
+    result = cli("fit", tmp_path / "ds", "-o", "checkpoints/default.npz", "--steps", "20", "--quiet", cwd=REPO)
+    assert result.returncode == 2 and "--replace-shipped" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert _file_digest(shipped) == before
