@@ -153,3 +153,34 @@ def global_adjustment(correction: dict | None, d: dict, xp):
     # The output bias starts at OVERHEAD_INIT_BIAS, i.e. ~0.3 microseconds: effectively zero.
     overhead = 1e-3 * xp.exp(xp.clip(raw[..., 1], -20.0, 5.0))
     return factor, overhead
+
+
+# --- The parameter layout: the one definition init (training/model.py) and checkpoint checks
+# (costmodel/checkpoint.py) both follow. ---
+HIDDEN = 16  # hidden units of every correction MLP
+
+
+def network_shapes() -> dict[str, tuple[int, int]]:
+    """Every network of a correction: '/'-joined path -> (inputs, outputs), in initialisation order."""
+    nets: dict[str, tuple[int, int]] = {}
+    for prefix in ("", "in_situ/"):
+        nets.update({f"{prefix}ops/{cls}": (N_OP_FEATURES, 1) for cls in OP_CLASSES})
+        nets[f"{prefix}collectives"] = (N_COLLECTIVE_FEATURES, 2)
+    nets["global"] = (N_RUN_FEATURES, 2)
+    return nets
+
+
+def parameter_shapes() -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(required, optional) flattened array name -> shape of a correction's parameters. Optional:
+    the global term's training feature range (present once the fit has seen runs)."""
+    required = {}
+    for net, (inputs, outputs) in network_shapes().items():
+        required.update({f"{net}/Dense_0/kernel": (inputs, HIDDEN), f"{net}/Dense_0/bias": (HIDDEN,),
+                         f"{net}/Dense_1/kernel": (HIDDEN, outputs), f"{net}/Dense_1/bias": (outputs,)})
+    optional = {f"feature_range/global/{bound}": (N_RUN_FEATURES,) for bound in ("min", "max")}
+    return required, optional
+
+
+def trainable_count(flat: dict) -> int:
+    """Trainable parameters among flattened arrays (the stored feature range is not counted)."""
+    return int(sum(a.size for name, a in flat.items() if not name.startswith("feature_range/")))

@@ -266,3 +266,55 @@ def test_fit_without_output_writes_in_the_working_dir_and_says_what_it_cannot_le
     assert result.returncode == 2 and "--replace-shipped" in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1
     assert _file_digest(shipped) == before
+
+
+def _saved_checkpoint(tmp_path, name="c", change=None):
+    """A checkpoint written by ckpt.save with `change(flat)` applied to its arrays first."""
+    flat = ckpt.flatten(to_numpy(init_correction(0)))
+    if change:
+        change(flat)
+    return ckpt.save(tmp_path / f"{name}.npz", ckpt.unflatten(flat), dict(note="test"))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("random bytes", "not a readable .npz"),
+    ("no json", "no metadata file"),
+    ("nan weights", "non-finite values"),
+    ("no expected arrays", "none of the expected"),
+    ("one missing", "lacks 1 of its"),
+    ("extra array", "does not use"),
+    ("wrong shape", "has shape"),
+    ("metadata of another fit", "does not match its metadata"),
+])
+def test_corrupt_checkpoints_are_refused_in_one_line_naming_the_file(cli, tmp_path, case, message):
+    """Issue 19: NaN weights printed 'nan ms' with exit 0; an .npz with none of the expected arrays gave
+    the analytical answer under the file's name; no .json or random bytes gave misleading advice."""
+    def set_nan(flat):
+        flat["ops/gemm/Dense_1/kernel"] = flat["ops/gemm/Dense_1/kernel"] + np.nan
+
+    changes = {
+        "nan weights": set_nan,
+        "no expected arrays": lambda flat: [flat.pop(k) for k in list(flat)] and flat.update(weights=np.ones(3)),
+        "one missing": lambda flat: flat.pop("global/Dense_1/bias"),
+        "extra array": lambda flat: flat.update({"ops/moe/Dense_0/kernel": np.ones((9, 16))}),
+        "wrong shape": lambda flat: flat.update({"global/Dense_0/kernel": np.ones((12, 16))}),
+    }
+    path = _saved_checkpoint(tmp_path, change=changes.get(case))
+    if case == "random bytes":
+        path.write_bytes(np.random.default_rng(0).bytes(4096))
+    if case == "no json":
+        path.with_suffix(".json").unlink()
+    if case == "metadata of another fit":
+        meta = json.loads(path.with_suffix(".json").read_text())
+        path.with_suffix(".json").write_text(json.dumps(dict(meta, parameters=1234)))
+    with pytest.raises(ckpt.CheckpointError, match=message):
+        ckpt.load(path)
+    result = cli("predict", "--model", "gpt3-1.3b", "--checkpoint", path)
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and str(path) in result.stderr and message in result.stderr
+    assert "allow_pickle" not in result.stderr and "None" not in result.stderr
+
+
+def test_the_shipped_checkpoint_passes_every_check():
+    params, meta = ckpt.load("default")
+    assert meta["parameters"] == ckpt.trainable_count(ckpt.flatten(params))
