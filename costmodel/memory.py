@@ -10,6 +10,7 @@ Pure array code.
 from __future__ import annotations
 
 from vtrain.costmodel.ops import ACT_BYTES
+from vtrain.costmodel.rules import Recompute
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
@@ -17,10 +18,10 @@ FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocat
 def activation_bytes_per_layer(d: dict, xp):
     """Bytes of activations one layer stores for one micro-batch on one GPU (no recompute),
     and the part that selective recompute drops (the s^2 attention tensors)."""
-    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
-    llama, gpt = d["llama"], 1.0 - d["llama"]
+    h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
+    llama, gpt = d.llama, 1.0 - d.llama
     sbh = s * b * h
-    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    sp_div = xp.where(d.sp > 0, tp, 1.0)
     # Replicated across TP ranks unless SP: norm inputs (2 x 2sbh), inputs of the column-parallel
     # GEMMs (2 x 2sbh), dropout masks (2 x sbh, GPT only).
     replicated = 8.0 * sbh + gpt * 2.0 * sbh
@@ -37,9 +38,9 @@ def activation_bytes_per_layer(d: dict, xp):
 
 def _states(params, d, xp) -> tuple:
     """(weights, gradients, optimizer) bytes for `params` parameters on one GPU."""
-    zero, dp = d["zero_stage"], d["dp"]
+    zero, dp = d.zero_stage, d.dp
     weights = ACT_BYTES * params / xp.where(zero >= 3, dp, 1.0)
-    grads = d["grad_bytes"] * params / xp.where(zero >= 2, dp, 1.0)
+    grads = d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0)
     optimizer = 12.0 * params / xp.where(zero >= 1, dp, 1.0)
     return weights, grads, optimizer
 
@@ -47,29 +48,29 @@ def _states(params, d, xp) -> tuple:
 def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> dict:
     """Peak bytes per GPU on the most loaded pipeline stage: the first (embedding, most in-flight
     micro-batches) or the last (output layer, fp32 logits of one micro-batch)."""
-    tp, pp = d["tp"], d["pp"]
+    tp, pp = d.tp, d.pp
     single = pp <= 1
-    layers_per_stage = d["layers"] / pp
+    layers_per_stage = d.layers / pp
     # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
     # pp > 1), a separate matrix for Llama; plus the final norm.
-    head_params = xp.where(single, d["llama"], 1.0) * embedding_params + 2.0 * d["hidden"]
+    head_params = xp.where(single, d.llama, 1.0) * embedding_params + 2.0 * d.hidden
     params_first = (layers_per_stage * layer_params + embedding_params + xp.where(single, head_params, 0.0)) / tp
     params_last = (layers_per_stage * layer_params + head_params) / tp
 
     per_layer, attention_scores = activation_bytes_per_layer(d, xp)
-    sbh = d["seq"] * d["micro_batch"] * d["hidden"]
-    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    sbh = d.seq * d.micro_batch * d.hidden
+    sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
-    stored = xp.where(d["recompute"] >= 2, stored_full_recompute,
-                      xp.where(d["recompute"] >= 1, per_layer - attention_scores, per_layer))
+    stored = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
+                      xp.where(d.recompute >= Recompute.SELECTIVE, per_layer - attention_scores, per_layer))
     # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
     # time: full recompute the layer's activations beyond its stored input, selective the
     # attention scores. (Counting the whole layer on top of its stored input made full exceed
     # selective when few micro-batches are in flight.) So none >= selective >= full always.
-    working = xp.where(d["recompute"] >= 2, per_layer - stored_full_recompute,
-                       xp.where(d["recompute"] >= 1, attention_scores, 0.0))
+    working = xp.where(d.recompute >= Recompute.FULL, per_layer - stored_full_recompute,
+                       xp.where(d.recompute >= Recompute.SELECTIVE, attention_scores, 0.0))
     # fp32 logits and their gradient for one micro-batch
-    logits = 2.0 * 4.0 * d["seq"] * d["micro_batch"] * d["vocab"] / tp
+    logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
     def stage(params, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)

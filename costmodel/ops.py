@@ -11,6 +11,21 @@ Shapes are per GPU: tensor-parallel sharding is already applied.
 """
 from __future__ import annotations
 
+from vtrain.costmodel.rules import Recompute
+
+# The op classes (the one list: the correction has one network per class, the dataset's kernel
+# rows name one) and the fraction of the roofline each reaches analytically (the learned
+# correction replaces it with shape- and hardware-dependent values).
+BASE_EFFICIENCY = {
+    "gemm": 0.70,
+    "attention": 0.45,
+    "softmax": 0.60,
+    "norm": 0.60,
+    "elementwise": 0.70,
+    "embedding": 0.50,
+}
+OP_CLASSES = tuple(BASE_EFFICIENCY)
+
 ACT_BYTES = 2.0  # activations in fp16/bf16 (fp8 runs keep bf16 activations)
 # FLOP per output element of the bandwidth-bound ops. The importers count measured kernels the same
 # way (dataset/rows.py), so an op's arithmetic intensity tells the efficiency network which op it is
@@ -39,12 +54,12 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     GPT: LayerNorm, unfused Megatron attention (QK^T, scale-mask-softmax, dropout, PV), GeLU MLP,
     bias-dropout-add. Llama: RMSNorm, RoPE, FlashAttention (causal), SwiGLU MLP, residual adds.
     """
-    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
-    llama, gpt = d["llama"], 1.0 - d["llama"]
+    h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
+    llama, gpt = d.llama, 1.0 - d.llama
     head_dim = h / a
     tokens = b * s
     # Regions outside the TP-split GEMMs (norms, dropouts, residuals) are split by TP only with SP.
-    sp_tokens = tokens / xp.where(d["sp"] > 0, tp, 1.0)
+    sp_tokens = tokens / xp.where(d.sp > 0, tp, 1.0)
     heads_tp = a / tp
     kv_tp = xp.maximum(kv / tp, 1.0)
     qkv_n = (heads_tp + 2.0 * kv_tp) * head_dim
@@ -110,8 +125,8 @@ def recompute_ops(fwd_ops: list[dict], recompute, xp) -> list[dict]:
     """Ops re-run in the backward pass: all of them for full recompute (mode 2), the attention
     core for selective recompute (mode 1), none for mode 0. Costs are masked, not dropped, so the
     list has a fixed length (needed under jax.jit)."""
-    full = xp.where(recompute >= 2, 1.0, 0.0)
-    selective = xp.where(recompute >= 1, 1.0, 0.0)
+    full = xp.where(recompute >= Recompute.FULL, 1.0, 0.0)
+    selective = xp.where(recompute >= Recompute.SELECTIVE, 1.0, 0.0)
     out = []
     for op in fwd_ops:
         mask = selective if op["name"] in SELECTIVE_RECOMPUTE_OPS else full
@@ -122,18 +137,18 @@ def recompute_ops(fwd_ops: list[dict], recompute, xp) -> list[dict]:
 
 def embedding_ops(d: dict, xp) -> list[dict]:
     """First stage: token (+ learned position for GPT) embedding lookup, forward."""
-    tokens = d["micro_batch"] * d["seq"]
-    return [memory_op("embedding", "embedding", tokens * d["hidden"], reads=1.0 + (1.0 - d["llama"]), writes=1.0)]
+    tokens = d.micro_batch * d.seq
+    return [memory_op("embedding", "embedding", tokens * d.hidden, reads=1.0 + (1.0 - d.llama), writes=1.0)]
 
 
 def head_ops(d: dict, xp) -> list[dict]:
     """Last stage: final norm, vocabulary-parallel logits GEMM and the softmax cross-entropy, forward."""
-    tokens = d["micro_batch"] * d["seq"]
-    sp_tokens = tokens / xp.where(d["sp"] > 0, d["tp"], 1.0)
-    vocab_tp = d["vocab"] / d["tp"]
+    tokens = d.micro_batch * d.seq
+    sp_tokens = tokens / xp.where(d.sp > 0, d.tp, 1.0)
+    vocab_tp = d.vocab / d.tp
     return [
-        memory_op("final_norm", "norm", sp_tokens * d["hidden"], flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
-        gemm("logits", tokens, vocab_tp, d["hidden"]),
+        memory_op("final_norm", "norm", sp_tokens * d.hidden, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
+        gemm("logits", tokens, vocab_tp, d.hidden),
         # cross-entropy in fp32 over the logits shard: max, exp-sum, log, gradient
         memory_op("cross_entropy", "softmax", tokens * vocab_tp, reads=2.0, writes=1.0, flops_per_elt=6.0,
                   kernels=4.0, elt_bytes=4.0),
@@ -142,7 +157,7 @@ def head_ops(d: dict, xp) -> list[dict]:
 
 def layer_parameters(d: dict) -> object:
     """Parameters of one transformer layer (all TP ranks together)."""
-    h, a, kv, f, llama = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["llama"]
+    h, a, kv, f, llama = d.hidden, d.heads, d.kv_heads, d.ffn, d.llama
     head_dim = h / a
     attn = 2.0 * h * h + 2.0 * h * kv * head_dim
     mlp = (2.0 + llama) * h * f
@@ -153,13 +168,13 @@ def layer_parameters(d: dict) -> object:
 
 def embedding_parameters(d: dict) -> object:
     """Input embedding (+ learned positions for GPT)."""
-    return d["vocab"] * d["hidden"] + (1.0 - d["llama"]) * d["seq"] * d["hidden"]
+    return d.vocab * d.hidden + (1.0 - d.llama) * d.seq * d.hidden
 
 
 def model_flops_per_micro_batch(d: dict, xp) -> object:
     """Useful model FLOP (forward + backward, no recompute) of one micro-batch across all GPUs
     of one pipeline (all TP ranks, all stages): the MFU numerator."""
-    one = dict(d, tp=d["tp"] * 0.0 + 1.0, sp=d["sp"] * 0.0)
+    one = d._replace(tp=d.tp * 0.0 + 1.0, sp=d.sp * 0.0)
     fwd = sum(op["flops"] for op in layer_forward_ops(one, xp) if op["cls"] in ("gemm", "attention"))
-    head = 2.0 * d["micro_batch"] * d["seq"] * d["vocab"] * d["hidden"]
-    return 3.0 * (d["layers"] * fwd + head)
+    head = 2.0 * d.micro_batch * d.seq * d.vocab * d.hidden
+    return 3.0 * (d.layers * fwd + head)
