@@ -9,7 +9,8 @@ Pure array code.
 """
 from __future__ import annotations
 
-from vtrain.costmodel.ops import ACT_BYTES
+from vtrain.costmodel import moe
+from vtrain.costmodel.ops import ACT_BYTES, layer_parameters
 from vtrain.costmodel.rules import Recompute
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -33,12 +34,13 @@ def activation_bytes_per_layer(d: dict, xp):
     flash = llama * 4.0 * s * b * a  # logsumexp statistics in fp32
     split = attn_split + mlp_split + scores + flash
     full = replicated / sp_div + split / tp
-    return full, scores / tp
+    return full, scores / tp, mlp_split / tp
 
 
-def _states(params, d, xp) -> tuple:
-    """(weights, gradients, optimizer) bytes for `params` parameters on one GPU."""
-    zero, dp = d.zero_stage, d.dp
+def _states(params, d, xp, dp=None) -> tuple:
+    """(weights, gradients, optimizer) bytes for `params` parameters on one GPU, sharded by ZeRO
+    over `dp` ranks (default: the data-parallel group)."""
+    zero, dp = d.zero_stage, d.dp if dp is None else dp
     weights = ACT_BYTES * params / xp.where(zero >= 3, dp, 1.0)
     grads = d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0)
     optimizer = 12.0 * params / xp.where(zero >= 1, dp, 1.0)
@@ -54,32 +56,48 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
     # pp > 1), a separate matrix for Llama; plus the final norm.
     head_params = xp.where(single, d.llama, 1.0) * embedding_params + 2.0 * d.hidden
-    params_first = (layers_per_stage * layer_params + embedding_params + xp.where(single, head_params, 0.0)) / tp
-    params_last = (layers_per_stage * layer_params + head_params) / tp
+    n_moe = moe.stage_moe_layers(d, xp)
+    moe_dense = moe.moe_layer_dense_parameters(d, layer_parameters)
 
-    per_layer, attention_scores = activation_bytes_per_layer(d, xp)
+    def layers_params(n):  # a stage's layer parameters outside the routed experts, n of them MoE
+        return (layers_per_stage - n) * layer_params + n * moe_dense
+
+    params_first = (layers_params(n_moe["first"]) + embedding_params + xp.where(single, head_params, 0.0)) / tp
+    params_last = (layers_params(n_moe["last"]) + head_params) / tp
+
+    per_layer, attention_scores, mlp_part = activation_bytes_per_layer(d, xp)
+    per_moe_layer = moe.activation_bytes(d, xp, per_layer, mlp_part)
     sbh = d.seq * d.micro_batch * d.hidden
     sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
     stored = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
                       xp.where(d.recompute >= Recompute.SELECTIVE, per_layer - attention_scores, per_layer))
+    stored_moe = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
+                          xp.where(d.recompute >= Recompute.SELECTIVE, per_moe_layer - attention_scores, per_moe_layer))
+    is_moe = moe.is_moe(d, xp)
     # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
     # time: full recompute the layer's activations beyond its stored input, selective the
     # attention scores. (Counting the whole layer on top of its stored input made full exceed
     # selective when few micro-batches are in flight.) So none >= selective >= full always.
-    working = xp.where(d.recompute >= Recompute.FULL, per_layer - stored_full_recompute,
-                       xp.where(d.recompute >= Recompute.SELECTIVE, attention_scores, 0.0))
+    # MoE layers also hold one all-to-all's send and receive buffers at a time.
+    working = xp.where(d.recompute >= Recompute.FULL,
+                       xp.maximum(per_layer, is_moe * per_moe_layer) - stored_full_recompute,
+                       xp.where(d.recompute >= Recompute.SELECTIVE, attention_scores, 0.0)) + \
+        is_moe * moe.permutation_buffer_bytes(d, xp)
     # fp32 logits and their gradient for one micro-batch
     logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
-    def stage(params, micro_batches, logits_bytes):
+    def stage(params, n, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)
-        activations = layers_per_stage * stored * micro_batches + working
+        # routed experts: experts / ep per GPU, ZeRO-sharded over the expert-data-parallel group
+        e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n), d, xp, moe.expert_dp(d))
+        weights, grads, optimizer = weights + e_weights, grads + e_grads, optimizer + e_optimizer
+        activations = ((layers_per_stage - n) * stored + n * stored_moe) * micro_batches + working
         total = weights + grads + optimizer + activations + logits_bytes + FRAMEWORK_BYTES
         return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations,
                     logits=logits_bytes + 0.0 * total, framework=FRAMEWORK_BYTES + 0.0 * total, total=total)
 
-    first = stage(params_first, in_flight, xp.where(single, logits, 0.0))
-    last = stage(params_last, 1.0, logits)
+    first = stage(params_first, n_moe["first"], in_flight, xp.where(single, logits, 0.0))
+    last = stage(params_last, n_moe["last"], 1.0, logits)
     use_last = (~single) & (last["total"] > first["total"])
     return {key: xp.where(use_last, last[key], first[key]) for key in first}
