@@ -75,9 +75,14 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     stored_moe = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
                           xp.where(d.recompute >= Recompute.SELECTIVE, per_moe_layer - attention_scores, per_moe_layer))
     is_moe = moe.is_moe(d, xp)
-    # Full recompute still materializes one layer's activations during its backward pass; MoE
-    # layers also hold one all-to-all's send and receive buffers at a time.
-    working = xp.where(d.recompute >= Recompute.FULL, xp.maximum(per_layer, is_moe * per_moe_layer), 0.0) + \
+    # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
+    # time: full recompute the layer's activations beyond its stored input, selective the
+    # attention scores. (Counting the whole layer on top of its stored input made full exceed
+    # selective when few micro-batches are in flight.) So none >= selective >= full always.
+    # MoE layers also hold one all-to-all's send and receive buffers at a time.
+    working = xp.where(d.recompute >= Recompute.FULL,
+                       xp.maximum(per_layer, is_moe * per_moe_layer) - stored_full_recompute,
+                       xp.where(d.recompute >= Recompute.SELECTIVE, attention_scores, 0.0)) + \
         is_moe * moe.permutation_buffer_bytes(d, xp)
     # fp32 logits and their gradient for one micro-batch
     logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
