@@ -69,14 +69,22 @@ FIELD_TYPES = {name: Optional[{"int": int, "float": float, "bool": bool, "str": 
                for name in FIELD_OPTIONS}
 
 
-def with_field_options(func):
+def with_field_options(func=None, *, help: dict | None = None):
     """Decorator: add every canonical field as a keyword-only flag to a typer command.
-    The command receives them in `**fields` (values None when not given)."""
+    The command receives them in `**fields` (values None when not given). `help` replaces the help
+    text of some fields (e.g. search, where --tp filters rather than sets):
+    `@with_field_options(help=dict(tp="..."))`."""
+    import copy
     import inspect
 
+    if func is None:
+        return lambda f: with_field_options(f, help=help)
     sig = inspect.signature(func)
     params = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
     for name, option in FIELD_OPTIONS.items():
+        if help and name in help:
+            option = copy.copy(option)
+            option.help = help[name]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=FIELD_TYPES[name]))
 

@@ -211,8 +211,23 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel")
 
 
+# In search the layout flags filter the strategies searched instead of setting one layout.
+SEARCH_FILTER_HELP = dict(
+    tp="Only strategies with this tensor-parallel degree (default: all).",
+    pp="Only strategies with this pipeline-parallel degree (default: all).",
+    dp="Only strategies with this data-parallel degree (default: all).",
+    micro_batch="Only strategies with this micro-batch size (default: all up to --max-micro-batch).",
+    vpp="Only strategies with this virtual-pipeline degree (default: all).",
+    recompute="Only these recompute modes, comma-separated: none, selective, full (default: all).",
+    zero_stage="Only this ZeRO stage 0-3 (default: all).",
+    schedule="Only these schedules, comma-separated: 1f1b, interleaved, gpipe (default: 1f1b and interleaved).",
+    sequence_parallel="Only strategies with (or without) Megatron SP (default: both).",
+    num_gpus="Exactly this many GPUs (or --max-gpus for a range).",
+)
+
+
 @app.command()
-@with_field_options
+@with_field_options(help=SEARCH_FILTER_HELP)
 def search(
     config: Optional[Path] = typer.Argument(None, help="Config file for the model/cluster (its parallel layout "
                                                         "is ignored; its num_gpus is the default GPU count)."),
