@@ -1,6 +1,7 @@
 """Shared command-line options: every canonical config field as a flag (flags override files)."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import typer
@@ -27,6 +28,27 @@ def config_overrides(**flags) -> dict:
                 and value <= 0:
             raise UserError(f"--{name.replace('_', '-')}: {value} must be a positive number")
     return {k: v for k, v in flags.items() if v is not None}
+
+
+def positive_flag(flag: str, value: float | None, example: str = "") -> None:
+    """Refuse a flag value that is NaN, infinite or <= 0 (None = not given) in one line naming it."""
+    from vtrain.costmodel.errors import UserError
+
+    hint = f", e.g. {example}" if example else ""
+    if value is not None and not math.isfinite(value):
+        raise UserError(f"{flag}: {value:g} is not a finite number; give a positive number{hint}")
+    if value is not None and value <= 0:
+        raise UserError(f"{flag}: {value:g} must be positive{hint}")
+
+
+def price_flag(flag: str, value: float | None) -> None:
+    """Refuse a price that is NaN, infinite or negative (0 = free; None = not given)."""
+    from vtrain.costmodel.errors import UserError
+
+    if value is not None and not math.isfinite(value):
+        raise UserError(f"{flag}: {value:g} is not a finite number; give a price >= 0, e.g. 2.5")
+    if value is not None and value < 0:
+        raise UserError(f"{flag}: {value:g} must be >= 0")
 
 
 # The flag definitions for every canonical field, reused by commands that take a config.

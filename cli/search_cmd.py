@@ -11,7 +11,8 @@ import typer
 
 from vtrain.cli.app import app
 from vtrain.costmodel.atomic import atomic_write
-from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
+from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_overrides, positive_flag, price_flag,
+                                with_field_options)
 
 # Canonical parallel fields that restrict the search space when given as flags.
 RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "schedule", "sequence_parallel")
@@ -268,6 +269,8 @@ def search(
         raise UserError("search: give --json or --csv, not both")
     if output is not None and not (as_json or as_csv):
         raise UserError("--output: only with --json or --csv")
+    positive_flag("--tokens", tokens, "300e9")
+    price_flag("--price-per-gpu-hour", price_per_gpu_hour)
     cfg, space = build_search_inputs(config, model, gpu, fields, max_gpus, min_gpus, max_tp, max_pp, max_dp,
                                      max_micro_batch, max_vpp)
     from vtrain.costmodel.predictor import Predictor
@@ -335,6 +338,9 @@ def plan(
 
     if num_gpus is None or days is None:
         raise UserError("plan: give --num-gpus N and --days D (e.g. vtrain plan --gpu h100 --num-gpus 1024 --days 30)")
+    positive_flag("--days", days, "30")
+    positive_flag("--tokens-per-param", tokens_per_param, "20")
+    price_flag("--price-per-gpu-hour", price_per_gpu_hour)
     from vtrain.costmodel import search as engine
     from vtrain.costmodel.planning import plan as make_plan
     from vtrain.costmodel.predictor import Predictor
