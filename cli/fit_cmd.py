@@ -136,7 +136,6 @@ def validate(
     from dataclasses import replace
 
     from rich.console import Console
-    from rich.table import Table
 
     from vtrain.costmodel.errors import UserError
     from vtrain.training import evaluate as ev
@@ -151,10 +150,23 @@ def validate(
         check_output_dir(plot.parent, "--plot")  # refuse an unwritable place before cross-validating
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
-    console = Console(stderr=as_json)
+    console = Console()
     figures: dict = {}
-    tables = []
     measured = None
+
+    def on_fold(what):
+        """A progress line on stderr after each fold (not with --quiet)."""
+        def report(fold, count, rows, mape, seconds):
+            if not quiet:
+                score = f", held-out MAPE {mape:.2f} %" if mape is not None else ""
+                print(f"{what}: fold {fold + 1}/{count} done ({rows} runs held out{score}, {seconds:.0f} s)",
+                      file=sys.stderr, flush=True)
+        return report
+
+    def show(title, rows, baseline_rows):
+        """Print one table as soon as its figures are ready (not with --json: one object at the end)."""
+        if not as_json:
+            _print_validation_table(console, title, rows, baseline_rows)
     if len(ds.runs):
         baseline = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, None),
                                   setting=ev.setting_label(ds.runs), shape=ev.shape_key(ds.runs))
@@ -163,19 +175,20 @@ def validate(
         pretrained = functools.cache(lambda: ev.pretrain(ds, settings))
         if ev.shape_key(ds.runs).nunique() > 1:  # holding out a shape needs another one to train on
             if with_measurements:
-                cv, measured = ev.cross_validate(ds, settings, folds)
+                cv, measured = ev.cross_validate(ds, settings, folds, on_fold=on_fold("grouped CV"))
             else:
-                cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained())
+                cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained(), on_fold=on_fold("grouped CV"))
             figures["grouped_cv"] = ev.summarize(cv).to_dict("records")
             split = "runs, kernels and collectives held out together" if with_measurements else "runs held out"
-            tables.append((f"Grouped CV by model shape ({split})", figures["grouped_cv"], figures["analytical"]))
+            show(f"Grouped CV by model shape ({split})", figures["grouped_cv"], figures["analytical"])
             if plot:
                 ev.plot_predictions(cv, plot)
         multi = ev.setting_label(ds.runs) == "multi-node"
         if ds.runs.loc[multi, "num_gpus"].nunique() > 1:
-            gpus = ev.cross_validate_runs(ds, settings, init=pretrained(), split="gpus")
+            gpus = ev.cross_validate_runs(ds, settings, init=pretrained(), split="gpus",
+                                          on_fold=on_fold("leave-one-GPU-count-out"))
             figures["leave_one_gpu_count_out"] = ev.summarize(gpus).to_dict("records")
-            tables.append(("Leave-one-GPU-count-out (multi-node runs)", figures["leave_one_gpu_count_out"], None))
+            show("Leave-one-GPU-count-out (multi-node runs)", figures["leave_one_gpu_count_out"], None)
         if checkpoint:
             from vtrain.costmodel.checkpoint import load
 
@@ -183,33 +196,38 @@ def validate(
             direct = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, params), setting=ev.setting_label(ds.runs),
                                     shape=ev.shape_key(ds.runs))
             figures["checkpoint"] = ev.summarize(direct).to_dict("records")
-            tables.append((f"Checkpoint {checkpoint} scored directly (rows it trained on are not held out)",
-                           figures["checkpoint"], None))
+            show(f"Checkpoint {checkpoint} scored directly (rows it trained on are not held out)",
+                 figures["checkpoint"], None)
     if with_measurements and (ds.kernels.rows or ds.collectives.rows):
         if measured is None:  # no grouped run CV above: hold out measurement groups only (trained without runs)
-            _, measured = ev.cross_validate(replace(ds, runs=ds.runs.iloc[:0]), settings, folds or 5)
+            _, measured = ev.cross_validate(replace(ds, runs=ds.runs.iloc[:0]), settings, folds or 5,
+                                            on_fold=on_fold("kernels and collectives"))
         final = measured[measured["stage"] == "final"]
         figures["kernels_collectives_cv"] = ev.summarize_measurements(final).to_dict("records")
         figures["kernels_collectives_cv_pretrained"] = ev.summarize_measurements(
             measured[measured["stage"] == "pre-trained"]).to_dict("records")
-        tables.append(("Kernels and collectives, held-out shapes (the same folds; the trained model, standalone)",
-                       figures["kernels_collectives_cv"], None))
+        show("Kernels and collectives, held-out shapes (the same folds; the trained model, standalone)",
+             figures["kernels_collectives_cv"], None)
     if as_json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return
-    for title, rows, baseline_rows in tables:
-        base = {r["group"]: r["mape"] for r in baseline_rows} if baseline_rows else {}
-        table = Table(title=title)
-        for col in ("group", "rows", "MAPE %", "median %", "p90 %") + (("analytical MAPE %",) if base else ()) + \
-                ("vTrain paper MAPE %",):
-            table.add_column(col, justify="left" if col == "group" else "right")
-        for r in rows:
-            cells = [r["group"], str(r["rows"]), f"{r['mape']:.2f}", f"{r['median']:.2f}", f"{r['p90']:.2f}"]
-            if base:
-                cells.append(f"{base.get(r['group'], float('nan')):.2f}")
-            published = r.get("vtrain_published")
-            cells.append(f"{published:.2f}" if isinstance(published, (int, float)) and published == published else "")
-            table.add_row(*cells)
-        console.print(table)
     if plot and "grouped_cv" in figures:
         console.print(f"wrote {plot}")
+
+
+def _print_validation_table(console, title: str, rows: list, baseline_rows) -> None:
+    from rich.table import Table
+
+    base = {r["group"]: r["mape"] for r in baseline_rows} if baseline_rows else {}
+    table = Table(title=title)
+    for col in ("group", "rows", "MAPE %", "median %", "p90 %") + (("analytical MAPE %",) if base else ()) + \
+            ("vTrain paper MAPE %",):
+        table.add_column(col, justify="left" if col == "group" else "right")
+    for r in rows:
+        cells = [r["group"], str(r["rows"]), f"{r['mape']:.2f}", f"{r['median']:.2f}", f"{r['p90']:.2f}"]
+        if base:
+            cells.append(f"{base.get(r['group'], float('nan')):.2f}")
+        published = r.get("vtrain_published")
+        cells.append(f"{published:.2f}" if isinstance(published, (int, float)) and published == published else "")
+        table.add_row(*cells)
+    console.print(table)

@@ -78,7 +78,8 @@ def predict(
     **fields,
 ):
     """Predict one training iteration: time, tokens/s, MFU, memory per GPU and a breakdown."""
-    from vtrain.costmodel.config_files import resolve_config
+    from vtrain.costmodel.assumed import assumed_line
+    from vtrain.costmodel.config_files import resolve_config_assumed
     from vtrain.costmodel.errors import UserError
     from vtrain.costmodel.predictor import Predictor
 
@@ -88,7 +89,7 @@ def predict(
     price_flag("--price-per-gpu-hour", price_per_gpu_hour)
     positive_flag("--tokens", tokens, "300e9")
     overrides = config_overrides(gpu=gpu, **fields)
-    cfg = resolve_config(config, model, overrides)
+    cfg, assumed = resolve_config_assumed(config, model, overrides)
     table = load_allreduce_table(allreduce_table) if allreduce_table else None
     predictor = Predictor.load(checkpoint, allreduce_table=table)
     result = predictor.predict(cfg)
@@ -103,6 +104,7 @@ def predict(
             model_flops_per_iteration=result.model_flops, num_parameters=cfg.model.num_parameters,
             active_parameters=cfg.model.active_parameters,
             checkpoint=result.checkpoint, config=cfg.flat(), outside_training_data=outside,
+            assumed=assumed,
         )
         if cost:
             out.update(tokens=cost.tokens, iterations=cost.iterations, train_days=cost.train_days,
@@ -110,6 +112,8 @@ def predict(
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     _print_table(cfg, result, cost, price_per_gpu_hour)
+    if assumed:
+        typer.echo(assumed_line(assumed))
     if outside:
         typer.echo(outside)
 
