@@ -54,7 +54,7 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
     from vtrain.costmodel.config_files import load_config_file, preset_fields
     from vtrain.costmodel.errors import UserError
-    from vtrain.costmodel.search import SearchSpace
+    from vtrain.strategy.search import SearchSpace
     from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
 
     if config is None and model is None and fields.get("num_layers") is None:
@@ -258,7 +258,7 @@ def search(
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)
-    from vtrain.costmodel import search as engine
+    from vtrain.strategy import search as engine
 
     engine.enable_compilation_cache()
     run = engine.guided_search if guided else engine.search
@@ -320,8 +320,8 @@ def plan(
 
     if num_gpus is None or days is None:
         raise UserError("plan: give --num-gpus N and --days D (e.g. vtrain plan --gpu h100 --num-gpus 1024 --days 30)")
-    from vtrain.costmodel import search as engine
-    from vtrain.costmodel.planning import plan as make_plan
+    from vtrain.strategy import search as engine
+    from vtrain.strategy.planning import plan as make_plan
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)
