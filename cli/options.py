@@ -38,6 +38,8 @@ FIELD_OPTIONS = dict(
     vocab_size=typer.Option(None, "--vocab-size", help="Vocabulary size (default 51200)."),
     seq_len=typer.Option(None, "--seq-len", help="Sequence length in tokens."),
     arch=typer.Option(None, "--arch", help="gpt (LayerNorm, GeLU) or llama (RMSNorm, SwiGLU, RoPE, GQA)."),
+    attention=typer.Option(None, "--attention", help="flash (fused FlashAttention, default) or unfused "
+                           "(Megatron's QK^T-softmax-PV with s^2 scores, as vTrain's runs)."),
     num_gpus=typer.Option(None, "--num-gpus", "-n", help="Total GPUs (= tp*pp*dp)."),
     tp=typer.Option(None, "--tp", help="Tensor-parallel degree."),
     pp=typer.Option(None, "--pp", help="Pipeline-parallel degree."),

@@ -1,7 +1,7 @@
 """Turn validated configs into the simulator's input: a dict of float arrays, one entry per config.
 
 Enums become numbers (recompute: none 0 / selective 1 / full 2; schedule: 1f1b 0 / interleaved 1 /
-gpipe 2; arch: llama 1 / gpt 0) and the GPU preset becomes its figures in FLOP/s, bytes and
+gpipe 2; arch: llama 1 / gpt 0; attention: flash 1 / unfused 0) and the GPU preset becomes its figures in FLOP/s, bytes and
 bytes/s, so the simulator never looks anything up.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ def config_row(config: TrainConfig) -> dict[str, float]:
     return dict(
         layers=mdl.num_layers, hidden=mdl.hidden_size, heads=mdl.num_attention_heads, kv_heads=mdl.num_kv_heads,
         ffn=mdl.ffn_hidden_size, vocab=mdl.vocab_size, seq=mdl.seq_len, llama=float(mdl.arch == "llama"),
+        flash=float(mdl.attention == "flash"),
         tp=par.tp, pp=par.pp, dp=par.dp, num_gpus=par.num_gpus, micro_batch=par.micro_batch,
         global_batch=par.global_batch, num_micro_batches=par.num_micro_batches, sp=float(par.sequence_parallel),
         recompute=RECOMPUTE_MODES.index(par.recompute), zero_stage=par.zero_stage,

@@ -13,7 +13,11 @@ from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import gpu_names, lookup_gpu
 
 ARCHS = ("gpt", "llama")
-RECOMPUTE_MODES = ("none", "selective", "full")
+ATTENTIONS = ("flash", "unfused")  # fused FlashAttention kernel | Megatron's unfused QK^T-softmax-PV
+# selective: Korthikanti et al. / Megatron (attention core recomputed); full: whole layers;
+# selective-op: torchtitan's op-level selective AC (every second matmul output and the attention
+# output kept, the rest recomputed). The codes are the indices (full = 2 for compatibility).
+RECOMPUTE_MODES = ("none", "selective", "full", "selective-op")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 PRECISIONS = ("fp16", "bf16", "fp8")
 
@@ -38,6 +42,7 @@ class ModelSpec:
     ffn_hidden_size: int = 0
     vocab_size: int = 51200
     arch: str = "gpt"
+    attention: str = "flash"
 
     def __post_init__(self):
         if self.num_kv_heads == 0:
@@ -206,6 +211,9 @@ def build_config(values: dict) -> TrainConfig:
     arch = v.get("arch", "gpt")
     if arch not in ARCHS:
         raise ConfigError("arch", f"'{arch}' is unknown; use one of {', '.join(ARCHS)}")
+    attention = v.get("attention", "flash")
+    if attention not in ATTENTIONS:
+        raise ConfigError("attention", f"'{attention}' is unknown; use one of {', '.join(ATTENTIONS)}")
     model = ModelSpec(**{k: v[k] for k in MODEL_FIELDS if k in v})
     heads = model.num_attention_heads
     if model.hidden_size % heads:

@@ -19,17 +19,17 @@ from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import GPUS, gpu_names, lookup_gpu
 from vtrain.costmodel.presets import lookup_model, model_names
 from vtrain.costmodel.spec import (
-    _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS, ALL_FIELDS, ARCHS, MODEL_FIELDS, PRECISIONS, RECOMPUTE_MODES,
+    _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS, ALL_FIELDS, ARCHS, ATTENTIONS, MODEL_FIELDS, PRECISIONS, RECOMPUTE_MODES,
     REQUIRED_MODEL_FIELDS, SCHEDULES, ConfigError, _coerce, _divisors, _fmt_choices, suggest_field,
 )
 
 PRESET_COLUMN = "model"
-ENCODED_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "llama", "tp", "pp", "dp", "num_gpus",
+ENCODED_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "llama", "flash", "tp", "pp", "dp", "num_gpus",
                 "micro_batch", "global_batch", "num_micro_batches", "sp", "recompute", "zero_stage", "schedule",
                 "vpp", "overlap", "peak_flops", "peak_flops_16", "hbm_bw", "hbm_bytes", "intra_bw", "inter_bw",
                 "gpus_per_node", "grad_bytes")
 _GPU_LIST = list(GPUS.values())
-_MODEL_DEFAULTS = dict(seq_len=2048, num_kv_heads=0, ffn_hidden_size=0, vocab_size=51200, arch="gpt")
+_MODEL_DEFAULTS = dict(seq_len=2048, num_kv_heads=0, ffn_hidden_size=0, vocab_size=51200, arch="gpt", attention="flash")
 
 
 def check_columns(names, extra_allowed=()) -> None:
@@ -268,6 +268,9 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[dict[str, np.ndar
     arch, _ = field("arch", "gpt")
     E.fail(~np.isin(arch, ARCHS), "arch", lambda i: f"'{arch[i]}' is unknown; use one of {', '.join(ARCHS)}")
     llama = arch == "llama"
+    attention, _ = field("attention", "flash")
+    E.fail(~np.isin(attention, ATTENTIONS), "attention",
+           lambda i: f"'{attention[i]}' is unknown; use one of {', '.join(ATTENTIONS)}")
     layers, hidden, heads = f["num_layers"], f["hidden_size"], f["num_attention_heads"]
     seq, vocab = f["seq_len"], f["vocab_size"]
     kv = np.where(f["num_kv_heads"] == 0, heads, f["num_kv_heads"])
@@ -402,7 +405,7 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[dict[str, np.ndar
     f64 = np.float64
     d = dict(
         layers=layers, hidden=hidden, heads=heads, kv_heads=kv, ffn=ffn, vocab=vocab, seq=seq,
-        llama=llama.astype(f64), tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
+        llama=llama.astype(f64), flash=(attention == "flash").astype(f64), tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
         num_micro_batches=global_batch // _safe(dpmb, E.ok), sp=sp.astype(f64),
         recompute=_index_of(recompute, RECOMPUTE_MODES), zero_stage=zero, schedule=_index_of(schedule, SCHEDULES),
         vpp=vpp, overlap=overlap.astype(bool).astype(f64), peak_flops=peak,
