@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vtrain.costmodel.errors import UserError
-from vtrain.dataset import import_generic, import_llmcompass, import_nccl, import_vidur, import_vtrain, import_xla
+from vtrain.dataset import (import_generic, import_llmcompass, import_nccl, import_published, import_vidur, import_vtrain,
+                            import_xla)
 from vtrain.dataset.rows import ImportResult, check_rows
 
 HEAD_BYTES = 8192
@@ -36,6 +37,8 @@ FORMATS: list[tuple[str, str, Callable[[Path, str], bool], Callable[[Path], Impo
      lambda p, h: import_xla.is_collective_txtpb(h), import_xla.import_collective_txtpb),
     ("llmcompass", "LLMCompass real_hardware {matmul,softmax,layernorm,gelu}_<GPU>.csv",
      import_llmcompass.is_llmcompass, import_llmcompass.import_file),
+    ("published_runs", "published runs.csv (source_id, measured_metric, measured_value)",
+     lambda p, h: import_published.is_published(h), import_published.import_runs),
     ("nccl_tests_log", "nccl-tests text log", lambda p, h: import_nccl.is_nccl_log(h), import_nccl.import_log),
     ("generic_csv", "CSV with canonical column names", lambda p, h: import_generic.table_of(h) is not None,
      import_generic.import_file),

@@ -1,0 +1,244 @@
+"""Published, measured training runs (`../shared/data/published/runs.csv`, one row per public run).
+
+Each upstream row gives the configuration its source states and one measured number
+(`measured_metric` / `measured_value`). This module turns a row into a `runs` row (canonical
+fields, iteration time in s) or refuses it with every reason it cannot be expressed today.
+
+Everything that maps upstream columns and values onto canonical fields lives in the tables at the
+top of this file (COLUMNS, GPUS, RECOMPUTE, PRECISIONS, NOT_MODELLED, ASSUMED, FLOP_CONVENTIONS):
+extending the simulator (context parallelism, uneven pipeline stages, ...) means editing them.
+
+`source` of a kept row is 'published:<file>#<source_id>'; `source_group(source_id)` strips the
+row suffix (`_r01`, `_L947`) and names the group the bench and `vtrain validate` report by.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from vtrain.costmodel.spec import ConfigError, build_config
+from vtrain.dataset.readers import read_csv
+from vtrain.dataset.rows import ImportResult, run_row, to_frame
+
+FORMAT = "published_runs"
+REQUIRED_COLUMNS = ("source_id", "num_layers", "hidden_size", "num_attention_heads", "gpu", "num_gpus",
+                    "measured_metric", "measured_value")
+
+# Upstream column -> canonical field, for columns whose values are numbers or booleans as given.
+COLUMNS = {
+    "num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_attention_heads", "num_kv_heads": "num_kv_heads", "seq_len": "seq_len",
+    "vocab_size": "vocab_size", "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "dp": "dp",
+    "micro_batch": "micro_batch", "global_batch": "global_batch", "seq_parallel": "sequence_parallel",
+}
+# Columns mapped by the rules below: gpu (GPUS), recompute (RECOMPUTE), precision (PRECISIONS),
+# zero_stage (first integer of the text), virtual_pp (-> vpp, and schedule=interleaved when > 1),
+# model (-> arch: 'llama' when the name says Llama, else 'gpt').
+
+# Upstream GPU text (lower-case substring, first match wins) -> canonical cluster fields, or the
+# reason the row is refused. Network figures follow the README of the published set.
+GPUS = [
+    ("h100 96gb hbm2e", "GPU 'H100 96GB HBM2e, 500 W': no preset (power-limited part, slower than h100-sxm)"),
+    ("h100 sxm 95gb hbm2e", "GPU 'H100 95GB HBM2e, lower TDP': no preset (slower than h100-sxm)"),
+    ("h100 80gb hbm3", dict(gpu="h100-sxm")),
+    ("jean zay", dict(gpu="a100-80gb", inter_node_bw_Gbps=50.0)),  # 4 x 100 Gb/s Omni-Path per 8 GPUs
+    ("dgx-a100, 2020", dict(gpu="a100-40gb")),  # DGX A100 shipped with 40 GB parts in 2020
+    ("a100", dict(gpu="a100-80gb")),  # Selene / DGX A100 80GB: one 200 Gb/s HDR NIC per GPU
+    ("v100 (dgx-2)", dict(gpu="v100", gpus_per_node=16)),  # DGX-2: 16 V100 on NVSwitch
+    ("tpu", "TPU: no preset (the simulator models GPUs on NVLink + InfiniBand)"),
+]
+# Upstream recompute text (lower-case prefix, first match wins) -> canonical value or refusal reason.
+RECOMPUTE = [
+    ("full", "full"),
+    ("selective (attention core only)", "selective"),
+    ("selective (per op)", "recompute 'selective (per op)': torchtitan's op-level policy, not the attention-core "
+                           "recompute the simulator models"),
+    ("selective (per layer)", "recompute 'selective (per layer)': torchtitan's every-other-layer checkpointing, "
+                              "not modelled"),
+    ("selective", "selective"),
+    ("none", "none"),
+    ("rematerialization", "recompute 'rematerialization': PaLM's policy, not modelled"),
+]
+# Upstream precision text without its parenthesised remarks (lower-case substring, first match wins)
+# -> canonical precision.
+PRECISIONS = [("fp8", "fp8"), ("float8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("16-bit", "fp16")]
+# Parallelism the simulator cannot express yet: column -> the only value it accepts.
+NOT_MODELLED = {"cp": (1, "context parallelism (cp={})"), "ep": (1, "expert parallelism (ep={})")}
+NOTE_FEATURES = [("async tp", "async TP (TP communication overlapped with GEMMs)")]
+# Values a source leaves empty that its own code fixes (source-id prefix, field, value, why).
+ASSUMED = [
+    ("korthikanti2022", "zero_stage", 0, "Megatron-LM without the distributed optimizer"),
+    ("megatron_readme", "zero_stage", 0, "Megatron-LM of 2020/2021 has no ZeRO"),
+    ("megatron_readme", "sequence_parallel", False, "sequence parallelism postdates these READMEs"),
+    ("megatron_readme2020", "recompute", "full",
+     "Megatron-LM 2020 trains with --checkpoint-activations; its TFLOP/s follow Eq. 3, which counts the recompute"),
+    ("bloom", "sequence_parallel", False, "Megatron-DeepSpeed has no sequence parallelism"),
+    ("bloom", "vocab_size", 250880, "BLOOM's tokenizer padded to 250,880 (tr11 --pad-vocab-size-to)"),
+    ("torchtitan_a100_r04", "vocab_size", 32000, "Llama 2 tokenizer"),
+    ("torchtitan_a100_r05", "vocab_size", 32000, "Llama 2 tokenizer"),
+    ("torchtitan_a100_r06", "vocab_size", 32000, "Llama 2 tokenizer"),
+    ("torchtitan_a100_r07", "vocab_size", 32000, "Llama 2 tokenizer"),
+    ("torchtitan_a100_r08", "vocab_size", 32000, "Llama 2 tokenizer"),
+]
+# Fields a row must give (or ASSUMED must fill) before it is predicted; anything else has a safe default.
+NEEDED = ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "vocab_size", "recompute")
+# Peak dense 16-bit FLOP/s each FLOP-based metric is quoted against, per source prefix.
+MFU_PEAK = {"korthikanti2022": 312e12}
+
+
+def is_published(head: str) -> bool:
+    first = head.lstrip("\ufeff").splitlines()[0] if head.strip() else ""
+    cols = {c.strip() for c in first.split(",")}
+    return {"source_id", "measured_metric", "measured_value"} <= cols
+
+
+def source_group(source_id: str) -> str:
+    """The row's source group: its id without the row suffix ('bloom_prequel_L947' -> 'bloom_prequel')."""
+    return re.sub(r"_(r\d+|L\d+)$", "", str(source_id))
+
+
+def import_runs(path: Path) -> ImportResult:
+    """`runs` rows from a published-runs CSV; every refused row gets one reason string."""
+    runs, refused = convert_rows(read_csv(path, list(REQUIRED_COLUMNS), FORMAT), path.name)
+    return ImportResult(str(path), FORMAT, {"runs": runs}, ["; ".join(reasons) for _, reasons in refused])
+
+
+def convert_rows(df, file_name: str):
+    """(runs frame, [(source_id, reasons)] of the refused rows) for the upstream rows in `df`."""
+    rows, refused = [], []
+    for raw in df.to_dict("records"):
+        values, reasons = canonical_values(raw)
+        time_s, why = iteration_time(raw, values)
+        if why:
+            reasons.append(why)
+        if not reasons:
+            try:
+                rows.append(run_row(values, time_s, f"published:{file_name}#{raw['source_id']}",
+                                    _interconnect(values)))
+            except ConfigError as err:
+                reasons.append(f"impossible config: {err}")
+        if reasons:
+            refused.append((str(raw["source_id"]), reasons))
+    return to_frame(rows, "runs"), refused
+
+
+def refusal_reasons(rejected: list[str]) -> list[str]:
+    """The separate reasons in ImportResult.rejected strings (a row may have several)."""
+    return [part for text in rejected for part in text.split("; ")]
+
+
+def canonical_values(raw: dict) -> tuple[dict, list[str]]:
+    """(canonical field values, reasons the row cannot be simulated) for one upstream row."""
+    values, reasons = {}, []
+    sid = str(raw["source_id"])
+    for column, name in COLUMNS.items():
+        if not _blank(raw.get(column)):
+            values[name] = raw[column]
+    for column, (accepted, text) in NOT_MODELLED.items():
+        value = raw.get(column)
+        if not _blank(value) and float(value) != accepted:
+            reasons.append(text.format(int(float(value))))
+    gpu_text = str(raw.get("gpu", "")).lower()
+    gpu = next((target for key, target in GPUS if key in gpu_text), f"GPU '{raw.get('gpu')}': no preset")
+    if isinstance(gpu, str):
+        reasons.append(gpu)
+    else:
+        values.update(gpu)
+    recompute = str(raw.get("recompute", "")).strip().lower()
+    if not _blank(raw.get("recompute")):
+        mapped = next((target for key, target in RECOMPUTE if recompute.startswith(key)),
+                      f"recompute '{raw['recompute']}': unknown")
+        if mapped in ("none", "selective", "full"):
+            values["recompute"] = mapped
+        else:
+            reasons.append(mapped)
+    precision = re.sub(r"\(.*?\)", "", str(raw.get("precision", "")).lower())  # '(pre BF16-optimizer)' is history
+    mapped = next((target for key, target in PRECISIONS if key in precision), None)
+    if mapped:
+        values["precision"] = mapped
+    if not _blank(raw.get("zero_stage")):
+        stage = re.match(r"\s*(\d)", str(raw["zero_stage"]))
+        if stage:
+            values["zero_stage"] = int(stage.group(1))
+        else:  # FSDP without a stated stage: shards optimizer state and gradients, not parameters
+            values["zero_stage"] = 2 if "not resharded" in str(raw["zero_stage"]) else 3
+    vpp = raw.get("virtual_pp")
+    if not _blank(vpp) and float(vpp) > 1:
+        values.update(vpp=int(float(vpp)), schedule="interleaved")
+    values["arch"] = "llama" if "llama" in str(raw.get("model", "")).lower() else "gpt"
+    notes = str(raw.get("notes", "")).lower()
+    reasons += [text for key, text in NOTE_FEATURES if key in notes]
+    for prefix, name, value, _why in ASSUMED:
+        if sid.startswith(prefix) and name not in values:
+            values[name] = value
+    missing = [name for name in NEEDED if name not in values and not _blank_reason(name, reasons)]
+    if missing:
+        reasons.append(f"incomplete config: {', '.join(missing)} not given")
+    layers, pp, v = values.get("num_layers"), values.get("pp"), values.get("vpp", 1)
+    if not missing and layers and pp and int(float(layers)) % (int(float(pp)) * int(v)):
+        reasons.append(f"uneven pipeline stages ({int(float(layers))} layers on pp={int(float(pp))}"
+                       + (f" x vpp={v}" if v > 1 else "") + ")")
+    return values, reasons
+
+
+def _blank_reason(name: str, reasons: list[str]) -> bool:
+    """True when `name` is missing because a refusal already explains it (e.g. an unmodelled recompute)."""
+    return name == "recompute" and any(r.startswith("recompute") for r in reasons)
+
+
+def iteration_time(raw: dict, values: dict) -> tuple[float, str]:
+    """(seconds per iteration, '') from the row's measured metric, or (nan, reason)."""
+    metric = str(raw["measured_metric"]).strip()
+    try:
+        value = float(raw["measured_value"])
+    except (TypeError, ValueError):
+        return math.nan, "missing measured value"
+    if not math.isfinite(value) or value <= 0:
+        return math.nan, "non-positive measured value"
+    if metric == "iteration_time_s":
+        return value, ""
+    batch, seq, gpus = (_num(values.get(k)) for k in ("global_batch", "seq_len", "num_gpus"))
+    if metric in ("tokens_per_s_per_gpu", "tokens_per_s_total"):
+        if not (batch and seq and gpus):
+            return math.nan, f"{metric} needs global_batch, seq_len and num_gpus to give a time"
+        per_gpu = value if metric == "tokens_per_s_per_gpu" else value / gpus
+        return batch * seq / (per_gpu * gpus), ""
+    if metric == "mfu_percent":
+        peak = next((p for prefix, p in MFU_PEAK.items() if str(raw["source_id"]).startswith(prefix)), None)
+        if peak is None or not (batch and seq and gpus):
+            return math.nan, "MFU with an unstated FLOP convention or an incomplete config"
+        return korthikanti_model_flops(values) / (value / 100.0 * gpus * peak), ""
+    if metric == "tflops_per_gpu":
+        return math.nan, "TFLOP/s per GPU with an unstated FLOP convention"
+    return math.nan, f"unknown measured_metric '{metric}'"
+
+
+def korthikanti_model_flops(values: dict) -> float:
+    """Korthikanti et al. 2022 Eq. 7 model FLOP per iteration: 72 B s l h^2 (1 + s/(6h) + V/(12 h l))."""
+    b, s, l_, h, v = (_num(values[k]) for k in ("global_batch", "seq_len", "num_layers", "hidden_size",
+                                                 "vocab_size"))
+    return 72.0 * b * s * l_ * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * h * l_))
+
+
+def assumptions(source_id: str) -> list[str]:
+    """'field=value (why)' for every ASSUMED value that applies to a source id."""
+    return [f"{name}={value} ({why})" for prefix, name, value, why in ASSUMED if str(source_id).startswith(prefix)]
+
+
+def _interconnect(values: dict) -> str:
+    config = build_config(values)
+    if config.parallel.num_gpus <= config.cluster.gpus_per_node:
+        return "nvlink"
+    return "nvlink+omni-path" if values.get("inter_node_bw_Gbps") == 50.0 else "nvlink+ib"
+
+
+def _num(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value).strip() == ""

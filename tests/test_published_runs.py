@@ -1,0 +1,106 @@
+"""The published-runs importer: column mapping, metric conversion, refusals with reasons, detection."""
+import csv
+
+import pytest
+
+from vtrain.dataset import store
+from vtrain.dataset.detect import convert, detect
+from vtrain.dataset.import_published import refusal_reasons, source_group
+from vtrain.training.published import default_path, load_published, summarize_by_source
+
+HEADER = ("source_id,source,model,params_b,num_layers,hidden_size,ffn_hidden_size,num_attention_heads,num_kv_heads,"
+          "seq_len,vocab_size,gpu,num_gpus,tp,pp,dp,cp,ep,virtual_pp,micro_batch,global_batch,seq_parallel,recompute,"
+          "zero_stage,precision,measured_metric,measured_value,measured_unit,notes").split(",")
+BASE = dict(source="paper", model="GPT 175B", num_layers=96, hidden_size=12288, ffn_hidden_size=49152,
+            num_attention_heads=96, num_kv_heads=96, seq_len=2048, vocab_size=51200, gpu="A100-SXM4-80GB (Selene)",
+            num_gpus=64, tp=8, pp=8, dp=1, virtual_pp=3, micro_batch=1, global_batch=64, seq_parallel="yes",
+            recompute="selective (attention core only)", zero_stage="", precision="mixed 16-bit",
+            measured_metric="iteration_time_s", measured_value=13.75, measured_unit="s", notes="")
+
+
+def write_rows(path, rows):
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=HEADER)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in HEADER})
+    return path
+
+
+def rows_fixture():
+    return [
+        dict(BASE, source_id="korthikanti2022_t5_r04"),
+        dict(BASE, source_id="torchtitan_a100_r03", model="Llama 3 70B", num_layers=80, hidden_size=8192,
+             ffn_hidden_size=28672, num_attention_heads=64, num_kv_heads=8, seq_len=8192, vocab_size=128000,
+             gpu="A100 80GB", num_gpus=64, tp=1, pp=1, dp=64, cp=1, virtual_pp="", micro_batch=1, global_batch=64,
+             seq_parallel="", recompute="full", zero_stage="3 (FSDP2 full shard, 1D)", precision="bf16 mixed",
+             measured_metric="tokens_per_s_per_gpu", measured_value=331.0),
+        dict(BASE, source_id="bloom_prequel_L947", num_layers=70, hidden_size=14336, ffn_hidden_size=57344,
+             num_attention_heads=64, num_kv_heads=64, vocab_size="", num_gpus=384, tp=4, pp=12, dp=8, virtual_pp="",
+             micro_batch=2, global_batch=2048, seq_parallel="", recompute="full (activation checkpointing)",
+             zero_stage=1, precision="bf16 (new BF16 optimizer)"),
+        dict(BASE, source_id="torchtitan_h100_2412_r05", gpu="H100 96GB HBM2e, 500W power limit (Grand Teton)", cp=2),
+        dict(BASE, source_id="llama3_405b_t4_r01", gpu="H100 80GB HBM3, 700W (Grand Teton)", micro_batch="",
+             measured_metric="tflops_per_gpu", measured_value=430),
+        dict(BASE, source_id="torchtitan_a100_r02", recompute="selective (per op)"),
+    ]
+
+
+def test_published_rows_kept_converted_or_refused_with_reasons(tmp_path):
+    path = write_rows(tmp_path / "runs.csv", rows_fixture())
+    assert detect(path) == "published_runs"
+    res = convert(path, "published_runs")
+    runs = res.tables["runs"]
+    assert list(runs["source"]) == ["published:runs.csv#korthikanti2022_t5_r04", "published:runs.csv#torchtitan_a100_r03"]
+    k = runs.iloc[0]
+    assert (k["schedule"], k["vpp"], k["recompute"], k["sequence_parallel"], k["zero_stage"], k["precision"]) == \
+        ("interleaved", 3, "selective", True, 0, "fp16")
+    assert k["iteration_time_s"] == pytest.approx(13.75)
+    t = runs.iloc[1]
+    assert (t["arch"], t["num_kv_heads"], t["zero_stage"], t["precision"]) == ("llama", 8, 3, "bf16")
+    # tokens/s per GPU -> seconds with the row's own batch: 64 * 8192 / (331 * 64)
+    assert t["iteration_time_s"] == pytest.approx(64 * 8192 / (331.0 * 64))
+    reasons = refusal_reasons(res.rejected)
+    assert len(res.rejected) == 4  # one string per refused row
+    assert "uneven pipeline stages (70 layers on pp=12)" in reasons
+    assert "context parallelism (cp=2)" in reasons and any(r.startswith("GPU 'H100 96GB") for r in reasons)
+    assert any("micro_batch not given" in r for r in reasons)
+    assert any(r.startswith("recompute 'selective (per op)'") for r in reasons)
+
+
+def test_published_mfu_converts_with_eq7(tmp_path):
+    row = dict(BASE, source_id="korthikanti2022_t5_r10", measured_metric="mfu_percent", measured_value=50.0)
+    res = convert(write_rows(tmp_path / "runs.csv", [row]), "published_runs")
+    flops = 72 * 64 * 2048 * 96 * 12288**2 * (1 + 2048 / (6 * 12288) + 51200 / (12 * 12288 * 96))
+    assert res.tables["runs"].iloc[0]["iteration_time_s"] == pytest.approx(flops / (0.5 * 64 * 312e12))
+
+
+def test_published_import_cli_and_summary(tmp_path, cli):
+    (tmp_path / "src").mkdir()
+    path = write_rows(tmp_path / "src" / "runs.csv", rows_fixture())
+    out = tmp_path / "ds"
+    result = cli("dataset", "import", path.parent, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "published_runs" in result.stdout and "uneven pipeline stages" in result.stdout
+    assert len(store.load(out, "runs")) == 2
+    runs, refused = load_published(path)
+    table = summarize_by_source(runs, {"x": runs["iteration_time_s"] * 1.1}, refused)
+    by = table.set_index("group")
+    assert by.loc["korthikanti2022_t5", "x_median"] == pytest.approx(10.0)
+    assert by.loc["korthikanti2022_t5", "x_bias"] == pytest.approx(10.0)
+    assert by.loc["bloom_prequel", "rows"] == 0 and by.loc["bloom_prequel", "refused"] == 1
+    assert by.loc["all", "rows"] == 2 and by.loc["all", "refused"] == 4
+
+
+def test_source_group():
+    assert source_group("bloom_prequel_L947") == "bloom_prequel"
+    assert source_group("megatron_readme2021_gpt3_r01") == "megatron_readme2021_gpt3"
+
+
+@pytest.mark.skipif(default_path() is None, reason="shared data not available")
+def test_real_published_file_every_row_accounted_for():
+    runs, refused = load_published(default_path())
+    with open(default_path(), newline="") as fh:
+        total = sum(1 for _ in csv.DictReader(fh))
+    assert len(runs) + len(refused) == total
+    assert len(runs) >= 40 and all(reasons for _, reasons in refused)
