@@ -25,10 +25,10 @@ def evals_per_second(checkpoint: str, repeats: int = 5) -> None:
     cfg = build_config(dict(lookup_model("gpt3-175b"), gpu="a100-80gb", global_batch=1536))
     strategies = S.enumerate_strategies(cfg, S.SearchSpace(max_gpus=4096, max_micro_batch=64))
     d = S.encode_strategies(cfg, strategies)
-    n = len(d["tp"])
+    n = d.rows
     predictor = Predictor.load(checkpoint)
     t1 = time.perf_counter()
-    S.evaluate(predictor, {k: v[: S.BUCKETS[-1]] for k, v in d.items()})  # compile
+    S.evaluate(predictor, d.take(slice(0, S.BUCKETS[-1])))  # compile
     t2 = time.perf_counter()
     runs = []
     for _ in range(repeats):

@@ -24,7 +24,8 @@ so the same weights run here without importing JAX.
 """
 from __future__ import annotations
 
-OP_CLASSES = ("gemm", "attention", "softmax", "norm", "elementwise", "embedding")
+from vtrain.costmodel.ops import OP_CLASSES  # noqa: F401 (re-exported: one network per op class)
+
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 
@@ -130,10 +131,10 @@ def run_features(d: dict, xp):
     """Features of a whole configuration for the global term. (Network tiers are left to the
     collective model: a run-level flag such as 'TP crosses nodes' is seen in too few runs to
     generalise.)"""
-    cols = [_log2(d["tp"], xp), _log2(d["pp"], xp), _log2(d["dp"], xp), _log2(d["micro_batch"], xp),
-            _log2(d["num_micro_batches"], xp), _log2(d["hidden"], xp) - 12.0, _log2(d["seq"], xp) - 11.0,
-            _log2(d["layers"] / d["pp"], xp), _recompute_level(d["recompute"], xp) / 2.0, d["sp"] * 1.0]
-    one = xp.ones_like(d["tp"] * 1.0)
+    cols = [_log2(d.tp, xp), _log2(d.pp, xp), _log2(d.dp, xp), _log2(d.micro_batch, xp),
+            _log2(d.num_micro_batches, xp), _log2(d.hidden, xp) - 12.0, _log2(d.seq, xp) - 11.0,
+            _log2(d.layers / d.pp, xp), _recompute_level(d.recompute, xp) / 2.0, d.sp * 1.0]
+    one = xp.ones_like(d.tp * 1.0)
     return xp.stack([c * one for c in cols], axis=-1) / 4.0
 
 

@@ -1,42 +1,129 @@
-"""Turn validated configs into the simulator's input: a dict of float arrays, one entry per config.
+"""The simulator's input: `SimInput`, one array per field, one entry per configuration.
 
-Enums become numbers (recompute: none 0 / selective 1 / full 2; schedule: 1f1b 0 / interleaved 1 /
-gpipe 2; arch: llama 1 / gpt 0; attention: flash 1 / unfused 0) and the GPU preset becomes its figures in FLOP/s, bytes and
-bytes/s, so the simulator never looks anything up.
+It is built in one place, `sim_input(resolved)`, from resolved canonical fields (as `rules.check`
+returns them: choices as codes). Every entry point goes through it: `encode(configs)` for
+validated TrainConfigs, `table_config.encode_table` for a table, `search.encode_strategies` for a
+strategy grid; `with_layout` swaps the parallel degrees (search's relaxed, continuous degrees).
+
+Enums are codes (recompute: rules.Recompute; schedule: rules.Schedule; llama: 1.0 for
+Arch.LLAMA, else 0.0; flash: 1.0 for attention=flash, 0.0 for unfused) and the GPU preset becomes its figures in FLOP/s, bytes and bytes/s, so the
+simulator never looks anything up. SimInput is a NamedTuple, hence a JAX pytree: it passes
+through jax.jit, vmap and grad as it is.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import numpy as np
 
-from vtrain.costmodel.hardware import lookup_gpu
-from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, TrainConfig
+from vtrain.costmodel.rules import ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, Arch
+from vtrain.costmodel.spec import TrainConfig
 
 GRAD_BYTES = {"fp16": 2.0, "bf16": 4.0, "fp8": 4.0}  # Megatron keeps fp32 main grads for bf16
 
 
-def config_row(config: TrainConfig) -> dict[str, float]:
-    """The simulator's numeric fields for one config."""
-    mdl, par, clu = config.model, config.parallel, config.cluster
-    gpu = lookup_gpu(clu.gpu)
-    return dict(
-        layers=mdl.num_layers, hidden=mdl.hidden_size, heads=mdl.num_attention_heads, kv_heads=mdl.num_kv_heads,
-        ffn=mdl.ffn_hidden_size, vocab=mdl.vocab_size, seq=mdl.seq_len, llama=float(mdl.arch == "llama"),
-        flash=float(mdl.attention == "flash"),
-        tp=par.tp, pp=par.pp, dp=par.dp, num_gpus=par.num_gpus, micro_batch=par.micro_batch,
-        global_batch=par.global_batch, num_micro_batches=par.num_micro_batches, sp=float(par.sequence_parallel),
-        recompute=RECOMPUTE_MODES.index(par.recompute), zero_stage=par.zero_stage,
-        schedule=SCHEDULES.index(par.schedule), vpp=par.vpp, overlap=float(par.overlap_grad_reduce),
-        peak_flops=gpu.flops(clu.precision), peak_flops_16=gpu.peak_flops.get("bf16", gpu.peak_flops["fp16"]),
-        hbm_bw=gpu.hbm_bw, hbm_bytes=gpu.hbm_bytes, intra_bw=clu.intra_node_bw_GBps * 1e9,
-        inter_bw=clu.inter_node_bw_Gbps * 1e9 / 8.0, gpus_per_node=clu.gpus_per_node,
-        grad_bytes=GRAD_BYTES[clu.precision],
+class SimInput(NamedTuple):
+    """One configuration per entry (arrays of shape [N], or scalars). Counts, 0/1 flags and codes;
+    peak_flops / peak_flops_16 in FLOP/s, hbm_bw / intra_bw / inter_bw in bytes/s (intra per GPU
+    per direction, inter per GPU), hbm_bytes and grad_bytes (per parameter) in bytes."""
+
+    layers: Any
+    hidden: Any
+    heads: Any
+    kv_heads: Any
+    ffn: Any
+    vocab: Any
+    seq: Any
+    llama: Any
+    flash: Any
+    tp: Any
+    pp: Any
+    dp: Any
+    num_gpus: Any
+    micro_batch: Any
+    global_batch: Any
+    num_micro_batches: Any
+    sp: Any
+    recompute: Any
+    zero_stage: Any
+    schedule: Any
+    vpp: Any
+    overlap: Any
+    peak_flops: Any
+    peak_flops_16: Any
+    hbm_bw: Any
+    hbm_bytes: Any
+    intra_bw: Any
+    inter_bw: Any
+    gpus_per_node: Any
+    grad_bytes: Any
+
+    def map(self, fn) -> "SimInput":
+        """`fn` applied to every field (e.g. a cast, padding, a device transfer)."""
+        return SimInput(*(fn(v) for v in self))
+
+    def take(self, idx) -> "SimInput":
+        """The configurations at `idx` (an index array, mask or slice)."""
+        return SimInput(*(v[idx] for v in self))
+
+    @property
+    def rows(self) -> int:
+        return len(self.tp)
+
+
+def with_layout(d: SimInput, tp, pp, dp, micro_batch, vpp) -> SimInput:
+    """`d` with other parallel degrees (any array type, continuous values allowed); num_gpus and
+    the micro-batches per pipeline follow from them."""
+    return d._replace(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, num_gpus=tp * pp * dp,
+                      num_micro_batches=d.global_batch / (dp * micro_batch))
+
+
+_GPU = dict(
+    peak_flops_16=np.array([s.peak_flops.get("bf16", s.peak_flops["fp16"]) for s in GPU_LIST]),
+    hbm_bw=np.array([s.hbm_bw for s in GPU_LIST], dtype=np.float64),
+    hbm_bytes=np.array([s.hbm_bytes for s in GPU_LIST], dtype=np.float64),
+)
+_PEAK = np.array([[s.peak_flops.get(p, 0.0) for p in PRECISIONS] for s in GPU_LIST])  # [gpu, precision]
+_GRAD = np.array([GRAD_BYTES[p] for p in PRECISIONS])
+
+
+def sim_input(r: dict, dtype=np.float64) -> SimInput:
+    """SimInput from resolved canonical fields (rules.check's output; every row valid)."""
+    f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
+    g, prec = np.asarray(r["gpu"]), np.asarray(r["precision"])
+    d = SimInput(
+        layers=f(r["num_layers"]), hidden=f(r["hidden_size"]), heads=f(r["num_attention_heads"]),
+        kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]), seq=f(r["seq_len"]),
+        llama=f(np.asarray(r["arch"]) == Arch.LLAMA), flash=f(np.asarray(r["attention"]) == 0),
+        tp=None, pp=None, dp=None, num_gpus=None, micro_batch=None, vpp=None, num_micro_batches=None,
+        global_batch=f(r["global_batch"]), sp=f(r["sequence_parallel"]), recompute=f(r["recompute"]),
+        zero_stage=f(r["zero_stage"]), schedule=f(r["schedule"]), overlap=f(r["overlap_grad_reduce"]),
+        peak_flops=_PEAK[g, prec], peak_flops_16=_GPU["peak_flops_16"][g], hbm_bw=_GPU["hbm_bw"][g],
+        hbm_bytes=_GPU["hbm_bytes"][g], intra_bw=f(r["intra_node_bw_GBps"]) * 1e9,
+        inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
+        grad_bytes=_GRAD[prec],
     )
+    d = with_layout(d, f(r["tp"]), f(r["pp"]), f(r["dp"]), f(r["micro_batch"]), f(r["vpp"]))
+    return d if dtype == np.float64 else d.map(lambda v: v.astype(dtype))
 
 
+def config_fields(configs: list[TrainConfig]) -> dict[str, np.ndarray]:
+    """Resolved canonical fields (choices as codes) of validated configs, one entry per config."""
+    flats = [c.flat() for c in configs]
+    out = {k: np.array([fl[k] for fl in flats]) for k in flats[0]}
+    for name, choices in (("arch", ARCHS), ("attention", ATTENTIONS), ("recompute", RECOMPUTE_MODES), ("schedule", SCHEDULES),
+                          ("precision", PRECISIONS)):
+        out[name] = np.array([choices.index(v) for v in out[name]], dtype=np.int64)
+    names = [s.name for s in GPU_LIST]
+    out["gpu"] = np.array([names.index(v) for v in out["gpu"]], dtype=np.int64)
+    return out
 
 
-def encode(configs: list[TrainConfig]) -> dict[str, np.ndarray]:
-    """Stack configs into arrays of shape [N] (float64)."""
-    rows = [config_row(c) for c in configs]
-    return {key: np.array([r[key] for r in rows], dtype=np.float64) for key in rows[0]}
+def encode(configs: list[TrainConfig]) -> SimInput:
+    """Stack validated configs into a SimInput of float64 arrays of shape [N]."""
+    return sim_input(config_fields(configs))
 
+
+def config_row(config: TrainConfig) -> SimInput:
+    """The simulator's input for one config (arrays of shape [1])."""
+    return encode([config])

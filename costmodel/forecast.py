@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
@@ -55,14 +56,14 @@ class NumpyEvaluator:
     def __init__(self, predictor: Predictor):
         self.predictor = predictor
 
-    def __call__(self, d: dict) -> dict:
+    def __call__(self, d: SimInput) -> dict:
         with np.errstate(all="ignore"):
             out = self.predictor.simulate(d)
         return _pick(out, d, np)
 
 
-def _pick(out: dict, d: dict, xp) -> dict:
-    shape = d["tp"].shape
+def _pick(out: dict, d: SimInput, xp) -> dict:
+    shape = d.tp.shape
     return dict(iteration_time_s=xp.broadcast_to(out["iteration_time_s"], shape),
                 tokens_per_s=xp.broadcast_to(out["tokens_per_s"], shape),
                 mfu=xp.broadcast_to(out["mfu"], shape),
@@ -106,13 +107,13 @@ class ShardedEvaluator:
 
         self._fn = jax.jit(run, in_shardings=(self.sharding,), out_shardings=self.sharding)
 
-    def __call__(self, d: dict) -> dict:
-        n = len(d["tp"])
+    def __call__(self, d: SimInput) -> dict:
+        n = d.rows
         size = max(self.devices, 1 << max(n - 1, 0).bit_length())
         size = -(-size // self.devices) * self.devices
-        padded = {k: np.concatenate([v, np.repeat(v[:1] if n else np.ones(1), size - n)]) for k, v in d.items()}
+        padded = d.map(lambda v: np.concatenate([v, np.repeat(v[:1] if n else np.ones(1), size - n)]))
         with self.jax.enable_x64(True):
-            arrays = {k: self.jax.device_put(v, self.sharding) for k, v in padded.items()}
+            arrays = padded.map(lambda v: self.jax.device_put(v, self.sharding))
             out = self._fn(arrays)
             self.last_device_count = len(out["iteration_time_s"].sharding.device_set)
             return {k: np.asarray(v)[:n] for k, v in out.items()}
@@ -196,9 +197,9 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
         "fits_memory": pa.array(np.asarray(res["fits_memory"], bool), mask=bad, type=pa.bool_()),
     }
     if has_tokens:
-        iterations = tokens / (d["global_batch"] * d["seq"])
+        iterations = tokens / (d.global_batch * d.seq)
         seconds = iterations * it
-        gpu_hours = seconds / 3600.0 * d["num_gpus"]
+        gpu_hours = seconds / 3600.0 * d.num_gpus
         no_tokens = bad | np.isnan(tokens)
         new["train_days"] = pa.array(seconds / SECONDS_PER_DAY, mask=no_tokens, type=pa.float64())
         new["gpu_hours"] = pa.array(gpu_hours, mask=no_tokens, type=pa.float64())

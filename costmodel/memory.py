@@ -10,6 +10,7 @@ Pure array code.
 from __future__ import annotations
 
 from vtrain.costmodel.ops import ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP
+from vtrain.costmodel.rules import Recompute
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
@@ -18,10 +19,10 @@ def activation_bytes_per_layer(d: dict, xp):
     """Bytes of activations one layer stores for one micro-batch on one GPU: (no recompute, the part
     that selective recompute drops (the s^2 tensors of unfused attention), what torchtitan's
     selective-op recompute keeps)."""
-    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
-    llama, gpt = d["llama"], 1.0 - d["llama"]
+    h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
+    llama, gpt = d.llama, 1.0 - d.llama
     sbh = s * b * h
-    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    sp_div = xp.where(d.sp > 0, tp, 1.0)
     # Replicated across TP ranks unless SP: norm inputs (2 x 2sbh), inputs of the column-parallel
     # GEMMs (2 x 2sbh), dropout masks (2 x sbh, GPT only).
     replicated = 8.0 * sbh + gpt * 2.0 * sbh
@@ -33,8 +34,8 @@ def activation_bytes_per_layer(d: dict, xp):
     mlp_split = gpt * 4.0 * s * b * f + llama * 6.0 * s * b * f
     # unfused attention: softmax out (2), dropout mask (1), dropout out (2) per score; flash: no s^2
     # tensor, only the log-sum-exp statistics in fp32
-    scores = (1.0 - d["flash"]) * 5.0 * a * s * s * b
-    flash = d["flash"] * 4.0 * s * b * a
+    scores = (1.0 - d.flash) * 5.0 * a * s * s * b
+    flash = d.flash * 4.0 * s * b * a
     split = attn_split + mlp_split + scores + flash
     full = replicated / sp_div + split / tp
     # selective-op keeps: the layer input and the MLP output (2 x 2sbh, SP-split), Q (Llama; GPT: the
@@ -48,10 +49,10 @@ def _states(params, d, xp) -> tuple:
     """(weights, gradients, optimizer) bytes for `params` parameters on one GPU. ZeRO-1/2 shard the
     fp32 master weights + Adam moments (12 B/param) and then the gradients over DP; ZeRO-3 / FSDP
     keeps only shards: fp32 parameters (4), gradients (4) and Adam moments (8 B/param)."""
-    zero, dp = d["zero_stage"], d["dp"]
+    zero, dp = d.zero_stage, d.dp
     fsdp = zero >= 3
     weights = xp.where(fsdp, 4.0 * params / dp, ACT_BYTES * params)
-    grads = xp.where(fsdp, 4.0 * params / dp, d["grad_bytes"] * params / xp.where(zero >= 2, dp, 1.0))
+    grads = xp.where(fsdp, 4.0 * params / dp, d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0))
     optimizer = xp.where(fsdp, 8.0 * params / dp, 12.0 * params / xp.where(zero >= 1, dp, 1.0))
     return weights, grads, optimizer
 
@@ -59,20 +60,20 @@ def _states(params, d, xp) -> tuple:
 def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> dict:
     """Peak bytes per GPU on the most loaded pipeline stage: the first (embedding, most in-flight
     micro-batches) or the last (output layer, fp32 logits of one micro-batch)."""
-    tp, pp = d["tp"], d["pp"]
+    tp, pp = d.tp, d.pp
     single = pp <= 1
-    layers_per_stage = d["layers"] / pp
+    layers_per_stage = d.layers / pp
     # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
     # pp > 1), a separate matrix for Llama; plus the final norm.
-    head_params = xp.where(single, d["llama"], 1.0) * embedding_params + 2.0 * d["hidden"]
+    head_params = xp.where(single, d.llama, 1.0) * embedding_params + 2.0 * d.hidden
     params_first = (layers_per_stage * layer_params + embedding_params + xp.where(single, head_params, 0.0)) / tp
     params_last = (layers_per_stage * layer_params + head_params) / tp
 
     per_layer, attention_scores, selective_op = activation_bytes_per_layer(d, xp)
-    sbh = d["seq"] * d["micro_batch"] * d["hidden"]
-    sp_div = xp.where(d["sp"] > 0, tp, 1.0)
+    sbh = d.seq * d.micro_batch * d.hidden
+    sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
-    rec = d["recompute"]
+    rec = d.recompute
     full, by_op = rec == RECOMPUTE_FULL, rec == RECOMPUTE_SELECTIVE_OP
     stored = xp.where(full, stored_full_recompute,
                       xp.where(by_op, selective_op,
@@ -81,12 +82,12 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     working = xp.where(full | by_op, per_layer, 0.0)
     # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
     # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.
-    fsdp = d["zero_stage"] >= 3
+    fsdp = d.zero_stage >= 3
     unsharded = xp.maximum(layer_params, embedding_params) / tp
     fsdp_weights = xp.where(fsdp, 2.0 * ACT_BYTES * unsharded, 0.0)
     fsdp_grads = xp.where(fsdp, 4.0 * unsharded, 0.0)
     # fp32 logits and their gradient for one micro-batch
-    logits = 2.0 * 4.0 * d["seq"] * d["micro_batch"] * d["vocab"] / tp
+    logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
     def stage(params, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)

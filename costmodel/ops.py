@@ -11,6 +11,21 @@ Shapes are per GPU: tensor-parallel sharding is already applied.
 """
 from __future__ import annotations
 
+from vtrain.costmodel.rules import Recompute
+
+# The op classes (the one list: the correction has one network per class, the dataset's kernel
+# rows name one) and the fraction of the roofline each reaches analytically (the learned
+# correction replaces it with shape- and hardware-dependent values).
+BASE_EFFICIENCY = {
+    "gemm": 0.70,
+    "attention": 0.45,
+    "softmax": 0.60,
+    "norm": 0.60,
+    "elementwise": 0.70,
+    "embedding": 0.50,
+}
+OP_CLASSES = tuple(BASE_EFFICIENCY)
+
 ACT_BYTES = 2.0  # activations in fp16/bf16 (fp8 runs keep bf16 activations)
 # FLOP per output element of the bandwidth-bound ops. The importers count measured kernels the same
 # way (dataset/rows.py), so an op's arithmetic intensity tells the efficiency network which op it is
@@ -41,13 +56,13 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     FlashAttention kernel (no s^2 tensor); unfused = Megatron's layout copies, QK^T,
     scale-mask-softmax, dropout and PV over b*a/tp*s^2 scores.
     """
-    h, a, kv, f, s, b, tp = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["seq"], d["micro_batch"], d["tp"]
-    llama, gpt = d["llama"], 1.0 - d["llama"]
-    flash, unfused = d["flash"], 1.0 - d["flash"]
+    h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
+    llama, gpt = d.llama, 1.0 - d.llama
+    flash, unfused = d.flash, 1.0 - d.flash
     head_dim = h / a
     tokens = b * s
     # Regions outside the TP-split GEMMs (norms, dropouts, residuals) are split by TP only with SP.
-    sp_tokens = tokens / xp.where(d["sp"] > 0, tp, 1.0)
+    sp_tokens = tokens / xp.where(d.sp > 0, tp, 1.0)
     heads_tp = a / tp
     kv_tp = xp.maximum(kv / tp, 1.0)
     qkv_n = (heads_tp + 2.0 * kv_tp) * head_dim
@@ -107,7 +122,7 @@ def backward_ops(fwd_ops: list[dict], xp) -> list[dict]:
 
 
 SELECTIVE_RECOMPUTE_OPS = ("attn_scores", "attn_softmax", "attn_dropout", "attn_context", "flash_attention")
-RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP = 2.0, 1.0, 3.0  # codes of spec.RECOMPUTE_MODES
+RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP = Recompute.FULL, Recompute.SELECTIVE, Recompute.SELECTIVE_OP
 
 
 def selective_op_fraction(op: dict, d: dict):
@@ -115,9 +130,9 @@ def selective_op_fraction(op: dict, d: dict):
     It keeps the outputs of every second matmul of a layer (counted per layer: Llama's wq, wv, w1,
     w2; GPT's fused QKV and fc1) and of the attention kernel, and recomputes everything else: norms,
     RoPE, activations, residuals and the other matmuls (Llama: wk, wo, w3; GPT: out-proj, fc2)."""
-    llama, name = d["llama"], op["name"]
+    llama, name = d.llama, op["name"]
     if name == "qkv_proj":
-        return llama * d["kv_heads"] / (d["heads"] + 2.0 * d["kv_heads"])  # wk's share of the fused QKV GEMM
+        return llama * d.kv_heads / (d.heads + 2.0 * d.kv_heads)  # wk's share of the fused QKV GEMM
     if name == "attn_out_proj":
         return 1.0
     if name == "mlp_up_proj":
@@ -149,18 +164,18 @@ def recompute_ops(fwd_ops: list[dict], recompute, xp, d: dict | None = None) -> 
 
 def embedding_ops(d: dict, xp) -> list[dict]:
     """First stage: token (+ learned position for GPT) embedding lookup, forward."""
-    tokens = d["micro_batch"] * d["seq"]
-    return [memory_op("embedding", "embedding", tokens * d["hidden"], reads=1.0 + (1.0 - d["llama"]), writes=1.0)]
+    tokens = d.micro_batch * d.seq
+    return [memory_op("embedding", "embedding", tokens * d.hidden, reads=1.0 + (1.0 - d.llama), writes=1.0)]
 
 
 def head_ops(d: dict, xp) -> list[dict]:
     """Last stage: final norm, vocabulary-parallel logits GEMM and the softmax cross-entropy, forward."""
-    tokens = d["micro_batch"] * d["seq"]
-    sp_tokens = tokens / xp.where(d["sp"] > 0, d["tp"], 1.0)
-    vocab_tp = d["vocab"] / d["tp"]
+    tokens = d.micro_batch * d.seq
+    sp_tokens = tokens / xp.where(d.sp > 0, d.tp, 1.0)
+    vocab_tp = d.vocab / d.tp
     return [
-        memory_op("final_norm", "norm", sp_tokens * d["hidden"], flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
-        gemm("logits", tokens, vocab_tp, d["hidden"]),
+        memory_op("final_norm", "norm", sp_tokens * d.hidden, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
+        gemm("logits", tokens, vocab_tp, d.hidden),
         # cross-entropy in fp32 over the logits shard: max, exp-sum, log, gradient
         memory_op("cross_entropy", "softmax", tokens * vocab_tp, reads=2.0, writes=1.0, flops_per_elt=6.0,
                   kernels=4.0, elt_bytes=4.0),
@@ -169,7 +184,7 @@ def head_ops(d: dict, xp) -> list[dict]:
 
 def layer_parameters(d: dict) -> object:
     """Parameters of one transformer layer (all TP ranks together)."""
-    h, a, kv, f, llama = d["hidden"], d["heads"], d["kv_heads"], d["ffn"], d["llama"]
+    h, a, kv, f, llama = d.hidden, d.heads, d.kv_heads, d.ffn, d.llama
     head_dim = h / a
     attn = 2.0 * h * h + 2.0 * h * kv * head_dim
     mlp = (2.0 + llama) * h * f
@@ -180,13 +195,13 @@ def layer_parameters(d: dict) -> object:
 
 def embedding_parameters(d: dict) -> object:
     """Input embedding (+ learned positions for GPT)."""
-    return d["vocab"] * d["hidden"] + (1.0 - d["llama"]) * d["seq"] * d["hidden"]
+    return d.vocab * d.hidden + (1.0 - d.llama) * d.seq * d.hidden
 
 
 def model_flops_per_micro_batch(d: dict, xp) -> object:
     """Useful model FLOP (forward + backward, no recompute) of one micro-batch across all GPUs
     of one pipeline (all TP ranks, all stages): the MFU numerator."""
-    one = dict(d, tp=d["tp"] * 0.0 + 1.0, sp=d["sp"] * 0.0)
+    one = d._replace(tp=d.tp * 0.0 + 1.0, sp=d.sp * 0.0)
     fwd = sum(op["flops"] for op in layer_forward_ops(one, xp) if op["cls"] in ("gemm", "attention"))
-    head = 2.0 * d["micro_batch"] * d["seq"] * d["vocab"] * d["hidden"]
-    return 3.0 * (d["layers"] * fwd + head)
+    head = 2.0 * d.micro_batch * d.seq * d.vocab * d.hidden
+    return 3.0 * (d.layers * fwd + head)

@@ -12,6 +12,8 @@ Pure array code; times in seconds.
 """
 from __future__ import annotations
 
+from vtrain.costmodel.rules import Schedule
+
 COMPONENTS = ("compute", "tp_comm", "pp_comm")
 
 
@@ -47,4 +49,4 @@ def in_flight_micro_batches(m, pp, vpp, schedule, xp):
     1F1B: min(p, m); interleaved: p * (1 + (p - 1) / (p * v)) capped by m * v chunks; GPipe: m."""
     one_f_one_b = xp.minimum(pp, m)
     interleaved = xp.minimum(pp * (1.0 + (pp - 1.0) / (pp * vpp)), m)
-    return xp.where(schedule == 2, m, xp.where(schedule == 1, interleaved, one_f_one_b))
+    return xp.where(schedule == Schedule.GPIPE, m, xp.where(schedule == Schedule.INTERLEAVED, interleaved, one_f_one_b))

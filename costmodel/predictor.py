@@ -96,12 +96,12 @@ class Predictor:
                 mfu=float(out["mfu"][i]),
                 memory_gib_per_gpu=float(out["memory"]["total"][i]) / GiB,
                 fits_memory=bool(out["fits_memory"][i]),
-                breakdown={k: float(np.broadcast_to(out["breakdown"][k], d["tp"].shape)[i]) for k in BREAKDOWN_KEYS},
-                memory_breakdown_gib={k: float(np.broadcast_to(v, d["tp"].shape)[i]) / GiB
+                breakdown={k: float(np.broadcast_to(out["breakdown"][k], d.tp.shape)[i]) for k in BREAKDOWN_KEYS},
+                memory_breakdown_gib={k: float(np.broadcast_to(v, d.tp.shape)[i]) / GiB
                                       for k, v in out["memory"].items() if k != "total"},
                 model_flops=float(out["model_flops"][i]),
                 checkpoint=self.name,
-                gpu_memory_gib=float(d["hbm_bytes"][i]) / GiB,
+                gpu_memory_gib=float(d.hbm_bytes[i]) / GiB,
             ))
         return results
 

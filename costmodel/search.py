@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vtrain.costmodel import ops as opgraph
-from vtrain.costmodel.encode import config_row
+from vtrain.costmodel import rules
+from vtrain.costmodel.encode import SimInput, config_fields, sim_input, with_layout
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS
-from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, TrainConfig
+from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors
+from vtrain.costmodel.spec import TrainConfig
 
 GiB = 1024.0**3
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")
@@ -83,10 +85,6 @@ class SearchSpace:
     sequence_parallel: tuple = (False, True)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _allowed(values, explicit, cap):
     out = [v for v in values if (cap is None or v <= cap)]
     if explicit is not None:
@@ -96,7 +94,7 @@ def _allowed(values, explicit, cap):
 
 def _tp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
     heads, kv = cfg.model.num_attention_heads, cfg.model.num_kv_heads
-    ok = [t for t in _divisors(heads) if kv % t == 0 or t % kv == 0]
+    ok = [t for t in divisors(heads) if kv % t == 0 or t % kv == 0]
     return _allowed(ok, space.tp, space.max_tp)
 
 
@@ -104,8 +102,8 @@ def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
     """[L, 3] valid (tp, pp, dp) triples (before micro-batch choices)."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     tps = _tp_values(cfg, space)
-    pps = _allowed(_divisors(layers), space.pp, space.max_pp)
-    dps = _allowed(_divisors(batch), space.dp, space.max_dp)
+    pps = _allowed(divisors(layers), space.pp, space.max_pp)
+    dps = _allowed(divisors(batch), space.dp, space.max_dp)
     rows = []
     for t in tps:
         for p in pps:
@@ -133,42 +131,55 @@ def _mask(t: dict, keep) -> dict:
 
 def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.ndarray]:
     """Every valid strategy for `cfg`'s model, cluster and global batch, as int64 column arrays
-    (STRATEGY_FIELDS; schedule/recompute as indices into spec.SCHEDULES/RECOMPUTE_MODES)."""
-    layers, seq, batch = cfg.model.num_layers, cfg.model.seq_len, cfg.parallel.global_batch
+    (STRATEGY_FIELDS; schedule/recompute as rules.Schedule/Recompute codes). The grid is the
+    product of each knob's candidate values; validity is rules.check's, as for build_config."""
+    layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     lay = _layouts(cfg, space)
     t = dict(tp=lay[:, 0], pp=lay[:, 1], dp=lay[:, 2])
-    mbs = np.array(_allowed(_divisors(batch), space.micro_batch, space.max_micro_batch), dtype=np.int64)
+    mbs = np.array(_allowed(divisors(batch), space.micro_batch, space.max_micro_batch), dtype=np.int64)
     t = _cross(t, dict(micro_batch=mbs))
-    t = _mask(t, (batch % (t["dp"] * t["micro_batch"])) == 0)
+    t = _mask(t, (batch % (t["dp"] * t["micro_batch"])) == 0)  # (rules.check's, early: keeps the grid small)
     # pipeline schedule and virtual stages
     sched_rows = []
     for name in space.schedules:
         code = SCHEDULES.index(name)
         if name == "interleaved":
-            vpps = [v for v in _allowed(_divisors(layers), space.vpp, space.max_vpp) if v > 1]
+            vpps = [v for v in _allowed(divisors(layers), space.vpp, space.max_vpp) if v > 1]
             sched_rows += [(code, v) for v in vpps]
         else:
             sched_rows.append((code, 1))
     sched = np.array(sched_rows, dtype=np.int64).reshape(-1, 2)
     t = _cross(t, dict(schedule=sched[:, 0], vpp=sched[:, 1]))
-    inter = t["schedule"] == SCHEDULES.index("interleaved")
-    t = _mask(t, (layers % (t["pp"] * t["vpp"]) == 0) & ~(inter & (t["pp"] == 1)))
     # recompute x sequence parallel x ZeRO
     cats = [(RECOMPUTE_MODES.index(r), int(s), z) for r in space.recompute for s in space.sequence_parallel
             for z in space.zero_stages]
     cat = np.array(cats, dtype=np.int64).reshape(-1, 3)
     t = _cross(t, dict(recompute=cat[:, 0], sequence_parallel=cat[:, 1], zero_stage=cat[:, 2]))
+    # Search's own pruning: SP without TP is the same strategy as without SP; a ZeRO stage > 0
+    # with dp == 1 shards nothing (kept once, as the space's first stage).
     sp = t["sequence_parallel"] > 0
-    keep = ~(sp & ((t["tp"] == 1) | (seq % t["tp"] != 0)))
-    keep &= ~((t["zero_stage"] == 3) & (t["pp"] > 1))
-    keep &= ~((t["zero_stage"] > 0) & (t["dp"] == 1) & (t["zero_stage"] != space.zero_stages[0]))  # no-op ZeRO
+    keep = ~(sp & (t["tp"] == 1))
+    keep &= ~((t["zero_stage"] > 0) & (t["dp"] == 1) & (t["zero_stage"] != space.zero_stages[0]))
     t = _mask(t, keep)
     t["num_gpus"] = t["tp"] * t["pp"] * t["dp"]
     t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
-    # Megatron's interleaved schedule needs the micro-batches to be a multiple of pp.
-    inter = t["schedule"] == SCHEDULES.index("interleaved")
-    t = _mask(t, ~(inter & (t["num_micro_batches"] % t["pp"] != 0)))
-    return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
+    if len(t["tp"]) == 0:  # nothing to check (rules.check would broadcast the constants to one row)
+        return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
+    _, errors = rules.check(_grid_fields(cfg, t, broadcast=False), messages=False)
+    return {k: t[k][errors.ok].astype(np.int64) for k in STRATEGY_FIELDS}
+
+
+def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> dict[str, np.ndarray]:
+    """Canonical fields (rules.check's input) of every strategy: cfg's model, cluster and global
+    batch (repeated, or of length 1 with broadcast=False) with the strategy's layout."""
+    n = len(strategies["tp"])
+    f = {k: (np.repeat(v, n) if broadcast else v) for k, v in config_fields([cfg]).items()}
+    for key in STRATEGY_FIELDS:
+        if key != "num_micro_batches":
+            f[key] = strategies[key]
+    f["sequence_parallel"] = strategies["sequence_parallel"] > 0
+    f["overlap_grad_reduce"] = f["overlap_grad_reduce"].astype(bool)
+    return f
 
 
 def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
@@ -183,21 +194,14 @@ def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
     return flat
 
 
-def encode_strategies(cfg: TrainConfig, strategies: dict, dtype=np.float64) -> dict[str, np.ndarray]:
-    """The simulator's input dict for every strategy: cfg's model and cluster, the strategy's layout."""
-    row = config_row(cfg)
-    n = len(strategies["tp"])
-    d = {k: np.full(n, float(v), dtype=dtype) for k, v in row.items()}
-    for key in ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule", "recompute",
-                "zero_stage"):
-        d[key] = strategies[key].astype(dtype)
-    d["sp"] = strategies["sequence_parallel"].astype(dtype)
-    return d
+def encode_strategies(cfg: TrainConfig, strategies: dict, dtype=np.float64) -> SimInput:
+    """The simulator's input for every strategy: cfg's model and cluster, the strategy's layout."""
+    return sim_input(_grid_fields(cfg, strategies), dtype)
 
 
-def memory_bytes(d: dict) -> np.ndarray:
+def memory_bytes(d: SimInput) -> np.ndarray:
     """Peak bytes per GPU (numpy, float64): the same composition as simulator.simulate's memory."""
-    in_flight = in_flight_micro_batches(d["num_micro_batches"], d["pp"], d["vpp"], d["schedule"], np)
+    in_flight = in_flight_micro_batches(d.num_micro_batches, d.pp, d.vpp, d.schedule, np)
     mem = memory_per_gpu(d, in_flight, opgraph.layer_parameters(d), opgraph.embedding_parameters(d), np)
     return np.asarray(mem["total"], dtype=np.float64)
 
@@ -250,18 +254,16 @@ def _forward_builder(table):
 
     def run(corr, d):
         out = simulate(d, corr, xp=jnp, allreduce_table=table)
-        one = jnp.ones_like(d["tp"])
+        one = jnp.ones_like(d.tp)
         return dict(iteration_time_s=out["iteration_time_s"] * one, mfu=out["mfu"] * one,
                     memory=out["memory"]["total"] * one,
                     **{f"bd_{k}": out["breakdown"][k] * one for k in BREAKDOWN_KEYS})
     return run
 
 
-def _pad(d: dict, n: int) -> dict:
-    m = len(next(iter(d.values())))
-    if m == n:
-        return d
-    return {k: np.concatenate([v, np.repeat(v[:1], n - m, axis=0)]) for k, v in d.items()}
+def _pad_array(v: np.ndarray, n: int) -> np.ndarray:
+    """`v` padded to `n` rows by repeating its first row."""
+    return v if len(v) == n else np.concatenate([v, np.repeat(v[:1], n - len(v), axis=0)])
 
 
 def _bucket(n: int) -> int:
@@ -271,19 +273,19 @@ def _bucket(n: int) -> int:
     return BUCKETS[-1]
 
 
-def evaluate(predictor, d: dict) -> dict[str, np.ndarray]:
+def evaluate(predictor, d: SimInput) -> dict[str, np.ndarray]:
     """Batched, jitted `simulate` (float32) on an encoded dict; returns numpy arrays (iteration_time_s,
     mfu, memory, bd_<component>). Batches are padded to BUCKETS sizes and chunked, so compiling
     happens at most once per bucket size per process."""
     import jax.numpy as jnp
 
-    n = len(d["tp"])
+    n = d.rows
     chunk = _bucket(n)
     parts = []
     for start in range(0, n, chunk):
-        piece = {k: v[start:start + chunk] for k, v in d.items()}
-        m = len(piece["tp"])
-        padded = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in _pad(piece, chunk).items()}
+        piece = d.take(slice(start, start + chunk))
+        m = piece.rows
+        padded = piece.map(lambda v: jnp.asarray(_pad_array(v, chunk), dtype=jnp.float32))
         fn = _compiled("forward", chunk, predictor, _forward_builder, (padded,), _COMPILER_OPTIONS)
         out = fn(predictor.correction, padded)
         parts.append({k: np.asarray(v)[:m].astype(np.float64) for k, v in out.items()})
@@ -374,10 +376,10 @@ def candidates(cfg: TrainConfig, space: SearchSpace):
         raise UserError(explain_no_strategy(cfg, space))
     d = encode_strategies(cfg, strategies)
     mem = memory_bytes(d)
-    fits = mem <= d["hbm_bytes"]
+    fits = mem <= d.hbm_bytes
     if not fits.any():
         i = int(np.argmin(mem))
-        cap = d["hbm_bytes"][0] / GiB
+        cap = d.hbm_bytes[0] / GiB
         raise UserError(
             f"no strategy fits in {cap:.0f} GiB per GPU: the smallest needs {mem[i] / GiB:.1f} GiB "
             f"({_describe(cfg, strategies, i)}, {strategies['num_gpus'][i]} GPUs); allow more GPUs, a larger "
@@ -412,7 +414,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
         non_compute = {k: v for k, v in bd.items() if k != "compute"}
         lim = max(non_compute, key=non_compute.get)
         mem = float(out["memory"]["total"][j])
-        cap = float(d["hbm_bytes"][j])
+        cap = float(d.hbm_bytes[j])
         train_tokens = tokens if tokens else 1e9
         gpu_hours = t * (train_tokens / tokens_per_iter) * ngpu / 3600.0
         cost = gpu_hours * price
@@ -492,7 +494,7 @@ def search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "ti
     strategies, d, mem, fits = candidates(cfg, space)
     t1 = time.perf_counter()
     idx = np.flatnonzero(fits)
-    out = evaluate(predictor, {k: v[idx] for k, v in d.items()})
+    out = evaluate(predictor, d.take(idx))
     t2 = time.perf_counter()
     result = _finish(predictor, cfg, space, strategies, d, mem, fits, idx, out["iteration_time_s"], objective, top,
                      price, tokens, "enumeration", {})
@@ -520,12 +522,11 @@ def _relaxed_builder(table):
         tp, pp = 2.0 ** x[:, 0], 2.0 ** x[:, 1]
         dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]), 2.0 ** x[:, 2])
         mb, vpp = 2.0 ** x[:, 3], 2.0 ** x[:, 4]
-        d = dict(base, tp=tp, pp=pp, dp=dp, micro_batch=mb, vpp=vpp, num_gpus=tp * pp * dp,
-                 num_micro_batches=base["global_batch"] / (dp * mb))
+        d = with_layout(base, tp, pp, dp, mb, vpp)
         out = simulate(d, corr, xp=jnp, allreduce_table=table)
         ln_t = jnp.log(out["iteration_time_s"])
-        ln_mem = jnp.log(out["memory"]["total"] / d["hbm_bytes"])
-        loss = ln_t + w[:, 1] * jnp.log(d["num_gpus"]) + w[:, 2] * jax.nn.relu(ln_mem)
+        ln_mem = jnp.log(out["memory"]["total"] / d.hbm_bytes)
+        loss = ln_t + w[:, 1] * jnp.log(d.num_gpus) + w[:, 2] * jax.nn.relu(ln_mem)
         return jnp.sum(loss), (ln_t, ln_mem)
 
     def run(corr, x, base, w):
@@ -534,7 +535,7 @@ def _relaxed_builder(table):
     return run
 
 
-def relaxed_gradient(predictor, x: np.ndarray, base: dict, w: np.ndarray):
+def relaxed_gradient(predictor, x: np.ndarray, base: SimInput, w: np.ndarray):
     """(d loss / d x [n, 5], ln time [n], ln(memory/capacity) [n]) at relaxed points (jax.grad)."""
     import jax.numpy as jnp
 
@@ -542,11 +543,11 @@ def relaxed_gradient(predictor, x: np.ndarray, base: dict, w: np.ndarray):
     gs, ts, ms = [], [], []
     for start in range(0, n, GRAD_CHUNK):
         xc, wc = x[start:start + GRAD_CHUNK], w[start:start + GRAD_CHUNK]
-        bc = {k: v[start:start + GRAD_CHUNK] for k, v in base.items()}
+        bc = base.take(slice(start, start + GRAD_CHUNK))
         m = len(xc)
-        xs = jnp.asarray(_pad({"x": xc}, GRAD_CHUNK)["x"], dtype=jnp.float32)
-        ws = jnp.asarray(_pad({"w": wc}, GRAD_CHUNK)["w"], dtype=jnp.float32)
-        bs = {k: jnp.asarray(v, dtype=jnp.float32) for k, v in _pad(bc, GRAD_CHUNK).items()}
+        xs = jnp.asarray(_pad_array(xc, GRAD_CHUNK), dtype=jnp.float32)
+        ws = jnp.asarray(_pad_array(wc, GRAD_CHUNK), dtype=jnp.float32)
+        bs = bc.map(lambda v: jnp.asarray(_pad_array(v, GRAD_CHUNK), dtype=jnp.float32))
         fn = _compiled("relaxed", GRAD_CHUNK, predictor, _relaxed_builder, (xs, bs, ws), _GRADIENT_COMPILER_OPTIONS)
         g, ln_t, ln_mem = fn(predictor.correction, xs, bs, ws)
         gs.append(np.asarray(g)[:m].astype(np.float64))
@@ -620,7 +621,7 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
                 owners.append(c)
                 rows_base.append(members[0])
     x, lo, hi = np.array(xs), np.array(lo), np.array(hi)
-    base = {k: v[np.array(rows_base)] for k, v in d.items()}
+    base = d.take(np.array(rows_base))
     w = np.tile(np.array([[fixed, cost_w, PENALTY, 0.0]]), (len(x), 1))
     for step in range(steps):
         g, _, _ = relaxed_gradient(predictor, x, base, w)
@@ -651,7 +652,7 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     for _ in range(4):
         todo = np.flatnonzero(chosen & np.isnan(times))
         if len(todo):
-            times[todo] = evaluate(predictor, {k: v[todo] for k, v in d.items()})["iteration_time_s"]
+            times[todo] = evaluate(predictor, d.take(todo))["iteration_time_s"]
         idx = np.flatnonzero(~np.isnan(times))
         key = objective_key(objective, times[idx], strategies["num_gpus"][idx], tokens_per_iter)
         leaders = idx[_rank(key, mem[idx], idx)[:max(top, 8)]]

@@ -1,6 +1,6 @@
 """The analytical simulator: one training iteration's time, breakdown and memory per GPU.
 
-`simulate(d, correction=None, xp=numpy)` takes `d`, a dict of arrays with one entry per
+`simulate(d, correction=None, xp=numpy)` takes `d`, a SimInput of arrays with one entry per
 configuration (see `encode.py`), and returns a dict of arrays in seconds / bytes. It is pure
 array code, so the same function runs on numpy (fast single predictions, no JAX import) and
 under `jax.jit`, `jax.vmap` and `jax.grad` with `xp=jax.numpy`.
@@ -16,21 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from vtrain.costmodel import ops as opgraph
+from vtrain.costmodel.ops import BASE_EFFICIENCY  # noqa: F401 (re-exported)
 from vtrain.costmodel.collectives import collective_time, lut_allreduce_time
 from vtrain.costmodel.correction import global_adjustment, op_efficiency
+from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches, pipeline_time
+from vtrain.costmodel.rules import Recompute
 
-# Fraction of the roofline each op class reaches (analytical defaults; the learned correction
-# replaces them with shape- and hardware-dependent values).
-BASE_EFFICIENCY = {
-    "gemm": 0.70,
-    "attention": 0.45,
-    "softmax": 0.60,
-    "norm": 0.60,
-    "elementwise": 0.70,
-    "embedding": 0.50,
-}
 DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
@@ -69,12 +62,12 @@ def ops_time(op_list: list[dict], hw: dict, correction, xp):
 def _tp_comm_per_layer(d, net, correction, xp):
     """TP collectives of one layer, one micro-batch, one direction (forward or backward):
     2 all-reduces of the layer output, or with SP 2 all-gathers + 2 reduce-scatters."""
-    size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["hidden"]
-    tp_per_node = xp.minimum(d["tp"], d["gpus_per_node"])
-    ar = _allreduce(size, d["tp"], tp_per_node, net, correction, xp)
-    ag = collective_time("all_gather", size, d["tp"], tp_per_node, net, correction, xp)
-    rs = collective_time("reduce_scatter", size, d["tp"], tp_per_node, net, correction, xp)
-    return xp.where(d["sp"] > 0, 2.0 * (ag + rs), 2.0 * ar)
+    size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
+    tp_per_node = xp.minimum(d.tp, d.gpus_per_node)
+    ar = _allreduce(size, d.tp, tp_per_node, net, correction, xp)
+    ag = collective_time("all_gather", size, d.tp, tp_per_node, net, correction, xp)
+    rs = collective_time("reduce_scatter", size, d.tp, tp_per_node, net, correction, xp)
+    return xp.where(d.sp > 0, 2.0 * (ag + rs), 2.0 * ar)
 
 
 def _allreduce(size, group, ranks_per_node, net, correction, xp):
@@ -87,20 +80,20 @@ def _allreduce(size, group, ranks_per_node, net, correction, xp):
     return xp.where(in_node, lut_allreduce_time(size, group, table, xp), modelled)
 
 
-def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
+def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
     """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config."""
-    hw = dict(peak_flops=d["peak_flops"], peak_flops_16=d["peak_flops_16"], hbm_bw=d["hbm_bw"])
-    net = dict(intra_bw=d["intra_bw"], inter_bw=d["inter_bw"], allreduce_table=allreduce_table)
-    tp, pp, dp, vpp = d["tp"], d["pp"], d["dp"], d["vpp"]
-    m = d["num_micro_batches"]
-    layers_per_stage = d["layers"] / pp
+    hw = dict(peak_flops=d.peak_flops, peak_flops_16=d.peak_flops_16, hbm_bw=d.hbm_bw)
+    net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
+    tp, pp, dp, vpp = d.tp, d.pp, d.dp, d.vpp
+    m = d.num_micro_batches
+    layers_per_stage = d.layers / pp
 
     factor, overhead_per_mb = global_adjustment(correction, d, xp)
 
     # --- compute per layer and micro-batch ---
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
-    rec = opgraph.recompute_ops(fwd, d["recompute"], xp, d)
+    rec = opgraph.recompute_ops(fwd, d.recompute, xp, d)
     fwd_times = op_times(fwd, hw, correction, xp)
     t_fwd = sequence_time(fwd, fwd_times, xp)
     # A recomputed op is its forward op again, or nothing (masked): reuse the forward kernel times
@@ -115,19 +108,19 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
-    full_recompute = xp.where(d["recompute"] == opgraph.RECOMPUTE_FULL, 1.0, 0.0)
+    full_recompute = xp.where(d.recompute == Recompute.FULL, 1.0, 0.0)
     tp_per_layer = tp_layer * (2.0 + full_recompute)  # forward, backward, (forward again)
-    tp_per_node = xp.minimum(tp, d["gpus_per_node"])
+    tp_per_node = xp.minimum(tp, d.gpus_per_node)
     # vocabulary-parallel embedding all-reduce (fwd) and cross-entropy statistics (3 fp32 per token)
-    emb_size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["hidden"]
+    emb_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
     tp_emb = _allreduce(emb_size, tp, tp_per_node, net, correction, xp)
-    tp_head = 3.0 * _allreduce(4.0 * d["micro_batch"] * d["seq"], tp, tp_per_node, net, correction, xp)
+    tp_head = 3.0 * _allreduce(4.0 * d.micro_batch * d.seq, tp, tp_per_node, net, correction, xp)
 
     # --- pipeline point-to-point (activations forward, gradients backward) ---
     # Ranks are ordered tp, dp, pp: neighbouring stages are tp*dp ranks apart.
-    p2p_size = opgraph.ACT_BYTES * d["micro_batch"] * d["seq"] * d["hidden"] / tp
+    p2p_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden / tp
     stage_stride = tp * dp
-    p2p_ranks_per_node = xp.where(stage_stride >= d["gpus_per_node"], 1.0, 2.0)
+    p2p_ranks_per_node = xp.where(stage_stride >= d.gpus_per_node, 1.0, 2.0)
     p2p = collective_time("send_recv", p2p_size, 2.0, p2p_ranks_per_node, net, correction, xp)
     pp_per_mb = xp.where(pp > 1, 2.0 * p2p * vpp, 0.0)
 
@@ -144,23 +137,23 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     layer_params = opgraph.layer_parameters(d)
     embedding_params = opgraph.embedding_parameters(d)
     stage_params = (layers_per_stage * layer_params + embedding_params) / tp  # largest stage
-    grad_size = d["grad_bytes"] * stage_params
-    dp_per_node = xp.clip(d["gpus_per_node"] / tp, 1.0, dp)
+    grad_size = d.grad_bytes * stage_params
+    dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dp)
     allreduce = _allreduce(grad_size, dp, dp_per_node, net, correction, xp)
     sharded = collective_time("reduce_scatter", grad_size, dp, dp_per_node, net, correction, xp) + \
         collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net, correction, xp)
-    t_dp = xp.where(d["zero_stage"] >= 1, sharded, allreduce)
+    t_dp = xp.where(d.zero_stage >= 1, sharded, allreduce)
     # ZeRO-3 gathers the weights again in forward and backward of every micro-batch (overlapped
     # with compute where possible).
     zero3_gather = collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net,
                                    correction, xp)
-    zero3 = xp.where(d["zero_stage"] >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
+    zero3 = xp.where(d.zero_stage >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
-    overlap_window = xp.where(d["overlap"] > 0, layers_per_stage * t_bwd, 0.0)
-    dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d["overlap"]) + zero3
+    overlap_window = xp.where(d.overlap > 0, layers_per_stage * t_bwd, 0.0)
+    dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap) + zero3
 
-    optimizer_params = stage_params / xp.where(d["zero_stage"] >= 1, dp, 1.0)
-    optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d["hbm_bw"]) + \
+    optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dp, 1.0)
+    optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d.hbm_bw) + \
         ADAM_KERNELS * DISPATCH_S
 
     breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"], dp_comm=dp_comm,
@@ -168,10 +161,10 @@ def simulate(d: dict, correction: dict | None = None, xp=np, allreduce_table: di
     breakdown = {k: v * factor for k, v in breakdown.items()}
     iteration = sum(breakdown[k] for k in BREAKDOWN_KEYS)
 
-    in_flight = in_flight_micro_batches(m, pp, vpp, d["schedule"], xp)
+    in_flight = in_flight_micro_batches(m, pp, vpp, d.schedule, xp)
     memory = memory_per_gpu(d, in_flight, layer_params, embedding_params, xp)
     model_flops = m * dp * opgraph.model_flops_per_micro_batch(d, xp)
-    mfu = model_flops / (iteration * d["num_gpus"] * d["peak_flops"])
-    tokens = d["global_batch"] * d["seq"]
+    mfu = model_flops / (iteration * d.num_gpus * d.peak_flops)
+    tokens = d.global_batch * d.seq
     return dict(iteration_time_s=iteration, breakdown=breakdown, memory=memory, model_flops=model_flops,
-                mfu=mfu, tokens_per_s=tokens / iteration, fits_memory=memory["total"] <= d["hbm_bytes"])
+                mfu=mfu, tokens_per_s=tokens / iteration, fits_memory=memory["total"] <= d.hbm_bytes)

@@ -9,17 +9,15 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, field, fields
 
-from vtrain.costmodel.errors import UserError
-from vtrain.costmodel.hardware import gpu_names, lookup_gpu
+import numpy as np
 
-ARCHS = ("gpt", "llama")
-ATTENTIONS = ("flash", "unfused")  # fused FlashAttention kernel | Megatron's unfused QK^T-softmax-PV
-# selective: Korthikanti et al. / Megatron (attention core recomputed); full: whole layers;
-# selective-op: torchtitan's op-level selective AC (every second matmul output and the attention
-# output kept, the rest recomputed). The codes are the indices (full = 2 for compatibility).
-RECOMPUTE_MODES = ("none", "selective", "full", "selective-op")
-SCHEDULES = ("1f1b", "interleaved", "gpipe")
-PRECISIONS = ("fp16", "bf16", "fp8")
+from vtrain.costmodel import rules
+from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.hardware import lookup_gpu
+from vtrain.costmodel.rules import (  # noqa: F401 (re-exported: the choices belong to the spec)
+    ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, UNKNOWN, UNSET, divisors, fmt_choices,
+)
+
 
 
 class ConfigError(UserError):
@@ -137,6 +135,10 @@ _INT_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "int"}
 _FLOAT_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "float"}
 _BOOL_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "bool"}
 REQUIRED_MODEL_FIELDS = ("num_layers", "hidden_size", "num_attention_heads")
+# Choice fields as coerced text (their codes go to rules.check) and every other field's default.
+CHOICE_DEFAULTS = dict(arch="gpt", attention="flash", gpu=ClusterSpec.gpu, precision="", schedule="1f1b", recompute="none")
+FIELD_DEFAULTS = {f.name: (1 if f.name in REQUIRED_MODEL_FIELDS else f.default)
+                  for cls in (ModelSpec, ParallelSpec, ClusterSpec) for f in fields(cls) if f.name not in CHOICE_DEFAULTS}
 
 
 def suggest_field(name: str) -> str:
@@ -177,20 +179,20 @@ def _coerce(name: str, value):
     return str(value).strip().lower()
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _row(v: dict, name: str, default):
+    """One-row array of a coerced field (or its default)."""
+    return np.array([v.get(name, default)])
 
 
-def _fmt_choices(values) -> str:
-    values = list(values)
-    return "{" + ", ".join(str(v) for v in values[:12]) + (", ..." if len(values) > 12 else "") + "}"
+def _code(value, choices) -> int:
+    return choices.index(value) if value in choices else UNKNOWN
 
 
 def build_config(values: dict) -> TrainConfig:
     """Build and validate a TrainConfig from a flat dict of canonical fields.
 
     Fills defaults (dp from num_gpus, global batch, GPU link figures), then checks every
-    constraint; raises ConfigError naming the first bad field.
+    constraint (rules.check); raises ConfigError naming the first bad field.
     """
     values = {k: v for k, v in values.items() if v is not None}
     for key in values:
@@ -200,115 +202,34 @@ def build_config(values: dict) -> TrainConfig:
     for name in REQUIRED_MODEL_FIELDS:
         if name not in v:
             raise ConfigError(name, "missing; give it in the config's [model] table, as a flag, or pick --model PRESET")
+    text = {name: np.array([v.get(name, default)], dtype=object) for name, default in CHOICE_DEFAULTS.items()}
+    f = {name: _row(v, name, default) for name, default in FIELD_DEFAULTS.items()}
+    for name, choices in (("arch", ARCHS), ("attention", ATTENTIONS), ("schedule", SCHEDULES),
+                          ("recompute", RECOMPUTE_MODES)):
+        f[name] = np.array([_code(text[name][0], choices)])
+    gpu = lookup_gpu(text["gpu"][0])
+    f["gpu"] = np.array([UNKNOWN if gpu is None else GPU_LIST.index(gpu)])
+    f["precision"] = np.array([UNSET if not text["precision"][0] else _code(text["precision"][0], PRECISIONS)])
+    r, errors = rules.check(f, text)
+    if not errors.ok[0]:
+        raise ConfigError(errors.field[0], errors.msg[0])
+    return config_from_fields(r, 0)
 
-    # --- model ---
-    for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "vocab_size"):
-        if name in v and v[name] <= 0:
-            raise ConfigError(name, f"{v[name]} must be a positive integer")
-    for name in ("num_kv_heads", "ffn_hidden_size"):
-        if name in v and v[name] < 0:
-            raise ConfigError(name, f"{v[name]} must be a positive integer")
-    arch = v.get("arch", "gpt")
-    if arch not in ARCHS:
-        raise ConfigError("arch", f"'{arch}' is unknown; use one of {', '.join(ARCHS)}")
-    attention = v.get("attention", "flash")
-    if attention not in ATTENTIONS:
-        raise ConfigError("attention", f"'{attention}' is unknown; use one of {', '.join(ATTENTIONS)}")
-    model = ModelSpec(**{k: v[k] for k in MODEL_FIELDS if k in v})
-    heads = model.num_attention_heads
-    if model.hidden_size % heads:
-        raise ConfigError("num_attention_heads", f"hidden_size={model.hidden_size} is not divisible by "
-                          f"num_attention_heads={heads}; use heads in {_fmt_choices(_divisors(model.hidden_size))}")
-    if heads % model.num_kv_heads:
-        raise ConfigError("num_kv_heads", f"{model.num_kv_heads} does not divide num_attention_heads={heads}; "
-                          f"use one of {_fmt_choices(_divisors(heads))}")
 
-    # --- cluster ---
-    gpu_name = v.get("gpu", ClusterSpec.gpu)
-    gpu = lookup_gpu(gpu_name)
-    if gpu is None:
-        raise ConfigError("gpu", f"'{gpu_name}' is not a known GPU; use one of {', '.join(gpu_names())} "
-                          "(or set intra_node_bw_GBps etc. on a known preset)")
-    precision = v.get("precision") or ("bf16" if "bf16" in gpu.peak_flops else "fp16")
-    if precision not in PRECISIONS:
-        raise ConfigError("precision", f"'{precision}' is unknown; use one of {', '.join(PRECISIONS)}")
-    if precision not in gpu.peak_flops or precision not in PRECISIONS:
-        raise ConfigError("precision", f"{gpu.name} has no {precision} tensor cores; use one of "
-                          f"{', '.join(p for p in gpu.peak_flops if p in PRECISIONS)}")
-    gpus_per_node = v.get("gpus_per_node") or gpu.gpus_per_node
-    intra = v.get("intra_node_bw_GBps") or gpu.nvlink_GBps
-    inter = v.get("inter_node_bw_Gbps") or gpu.nic_Gbps
-    for name, val in (("gpus_per_node", gpus_per_node), ("intra_node_bw_GBps", intra), ("inter_node_bw_Gbps", inter)):
-        if val <= 0:
-            raise ConfigError(name, f"{val} must be positive")
-    cluster = ClusterSpec(gpu=gpu.name, gpus_per_node=gpus_per_node, intra_node_bw_GBps=float(intra),
-                          inter_node_bw_Gbps=float(inter), precision=precision)
+def config_from_fields(r: dict, i: int) -> TrainConfig:
+    """The TrainConfig of row `i` of resolved fields (rules.check's output; the row is valid)."""
+    def py(name):
+        kind = FIELD_KINDS[name]
+        x = r[name][i]
+        return int(x) if kind == "int" else float(x) if kind == "float" else bool(x) if kind == "bool" else x
 
-    # --- parallel ---
-    for name in ("tp", "pp", "micro_batch", "vpp"):
-        if name in v and v[name] <= 0:
-            raise ConfigError(name, f"{v[name]} must be a positive integer")
-    for name in ("dp", "num_gpus", "global_batch"):
-        if name in v and v[name] < 0:
-            raise ConfigError(name, f"{v[name]} must be a positive integer")
-    tp, pp = v.get("tp", 1), v.get("pp", 1)
-    dp, num_gpus = v.get("dp", 0), v.get("num_gpus", 0)
-    if dp == 0 and num_gpus == 0:
-        dp = 1
-    if dp == 0:
-        if num_gpus % (tp * pp):
-            raise ConfigError("num_gpus", f"{num_gpus} is not divisible by tp*pp={tp * pp}; use a multiple of "
-                              f"{tp * pp} or change tp/pp")
-        dp = num_gpus // (tp * pp)
-    if num_gpus == 0:
-        num_gpus = tp * pp * dp
-    if tp * pp * dp != num_gpus:
-        raise ConfigError("num_gpus", f"{num_gpus} != tp*pp*dp = {tp}*{pp}*{dp} = {tp * pp * dp}; "
-                          f"set num_gpus={tp * pp * dp} or dp={num_gpus // (tp * pp) if num_gpus % (tp * pp) == 0 else '?'}")
-    if heads % tp:
-        raise ConfigError("tp", f"{tp} does not divide num_attention_heads={heads}; use tp in "
-                          f"{_fmt_choices(_divisors(heads))}")
-    if model.num_kv_heads % tp and tp % model.num_kv_heads:
-        raise ConfigError("tp", f"{tp} neither divides nor is a multiple of num_kv_heads={model.num_kv_heads}")
-    schedule = v.get("schedule", "1f1b")
-    if schedule not in SCHEDULES:
-        raise ConfigError("schedule", f"'{schedule}' is unknown; use one of {', '.join(SCHEDULES)}")
-    vpp = v.get("vpp", 1)
-    if schedule != "interleaved" and vpp != 1:
-        raise ConfigError("vpp", f"{vpp} needs schedule='interleaved'; set schedule=interleaved or vpp=1")
-    if schedule == "interleaved" and pp == 1:
-        raise ConfigError("schedule", "interleaved needs pp > 1; use schedule=1f1b or raise pp")
-    if model.num_layers % (pp * vpp):
-        ok = [d for d in _divisors(model.num_layers) if d % vpp == 0] if vpp > 1 else _divisors(model.num_layers)
-        raise ConfigError("pp", f"num_layers={model.num_layers} is not divisible by pp*vpp={pp}*{vpp}; "
-                          f"use pp*vpp in {_fmt_choices(ok)}")
-    micro_batch = v.get("micro_batch", 1)
-    global_batch = v.get("global_batch", 0) or dp * micro_batch
-    if global_batch % (dp * micro_batch):
-        raise ConfigError("global_batch", f"{global_batch} is not divisible by dp*micro_batch={dp}*{micro_batch}"
-                          f"={dp * micro_batch}; use a multiple of {dp * micro_batch}")
-    if schedule == "interleaved" and (global_batch // (dp * micro_batch)) % pp:
-        raise ConfigError("global_batch", f"the interleaved schedule needs the micro-batches per pipeline "
-                          f"({global_batch // (dp * micro_batch)}) to be a multiple of pp={pp}; use a global_batch "
-                          f"multiple of {dp * micro_batch * pp} or schedule=1f1b")
-    recompute = v.get("recompute", "none")
-    if recompute not in RECOMPUTE_MODES:
-        raise ConfigError("recompute", f"'{recompute}' is unknown; use one of {', '.join(RECOMPUTE_MODES)}")
-    zero_stage = v.get("zero_stage", 0)
-    if zero_stage not in (0, 1, 2, 3):
-        raise ConfigError("zero_stage", f"{zero_stage} is not a ZeRO stage; use 0, 1, 2 or 3")
-    if zero_stage == 3 and pp > 1:
-        raise ConfigError("zero_stage", "ZeRO-3 cannot be combined with pp > 1; use zero_stage <= 2 or pp=1")
-    sp = v.get("sequence_parallel", False)
-    if sp and tp == 1:
-        sp = False  # sequence parallelism is a no-op without tensor parallelism
-    if sp and model.seq_len % tp:
-        raise ConfigError("sequence_parallel", f"seq_len={model.seq_len} is not divisible by tp={tp}; "
-                          "turn sequence_parallel off or pick tp dividing seq_len")
-    parallel = ParallelSpec(tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=micro_batch,
-                            global_batch=global_batch, sequence_parallel=sp, recompute=recompute,
-                            zero_stage=zero_stage, schedule=schedule, vpp=vpp,
-                            overlap_grad_reduce=v.get("overlap_grad_reduce", False))
+    model = ModelSpec(**{k: py(k) for k in MODEL_FIELDS if k not in ("arch", "attention")}, arch=ARCHS[int(r["arch"][i])],
+                      attention=ATTENTIONS[int(r["attention"][i])])
+    enums = dict(schedule=SCHEDULES[int(r["schedule"][i])], recompute=RECOMPUTE_MODES[int(r["recompute"][i])])
+    parallel = ParallelSpec(**{k: py(k) for k in PARALLEL_FIELDS if k not in enums}, **enums)
+    cluster = ClusterSpec(gpu=GPU_LIST[int(r["gpu"][i])].name, gpus_per_node=py("gpus_per_node"),
+                          intra_node_bw_GBps=py("intra_node_bw_GBps"), inter_node_bw_Gbps=py("inter_node_bw_Gbps"),
+                          precision=PRECISIONS[int(r["precision"][i])])
     return TrainConfig(model=model, parallel=parallel, cluster=cluster)
 
 

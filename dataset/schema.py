@@ -15,14 +15,14 @@ from dataclasses import fields
 
 import pyarrow as pa
 
+from vtrain.costmodel.correction import COLLECTIVE_OPS  # noqa: F401 (re-exported)
+from vtrain.costmodel.ops import OP_CLASSES  # noqa: F401 (re-exported)
 from vtrain.costmodel.spec import ClusterSpec, ModelSpec, ParallelSpec
 
 TABLES = ("runs", "kernels", "collectives")
 DTYPES = ("fp16", "bf16", "fp8", "fp32")
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1, "fp32": 4}
-OP_CLASSES = ("gemm", "attention", "norm", "elementwise", "softmax", "embedding")
 DIRECTIONS = ("fwd", "bwd")
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 BW_CONVENTIONS = ("algbw", "busbw", "none")
 
 _ARROW_OF = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string()}

@@ -105,8 +105,8 @@ def test_matches_build_config_on_random_rows():
             continue
         n_valid += 1
         assert errors[i] is None, (errors[i], row)
-        for key, value in ref.items():
-            assert arrays[key][i] == value[0], (key, arrays[key][i], value[0], row)
+        for key, value in ref._asdict().items():
+            assert getattr(arrays, key)[i] == value[0], (key, getattr(arrays, key)[i], value[0], row)
     assert n_valid > 100 and n_invalid > 100
 
 
@@ -120,8 +120,8 @@ def test_text_columns_match_typed_columns():
     a_typed, e_typed = encode_table(typed)
     a_text, e_text = encode_table(text)
     assert [e is None for e in e_typed] == [e is None for e in e_text]
-    for key in a_typed:
-        np.testing.assert_array_equal(a_typed[key], a_text[key])
+    for key in a_typed._fields:
+        np.testing.assert_array_equal(getattr(a_typed, key), getattr(a_text, key))
 
 
 def test_nan_and_null_mean_not_given():
@@ -131,8 +131,8 @@ def test_nan_and_null_mean_not_given():
     assert list(errors) == [None, None]
     ref = encode([build_config(dict(num_layers=2, hidden_size=256, num_attention_heads=4)),
                   build_config(dict(num_layers=2, hidden_size=256, num_attention_heads=4, tp=2, gpu="h100"))])
-    for key in ref:
-        np.testing.assert_array_equal(arrays[key], ref[key])
+    for key in ref._fields:
+        np.testing.assert_array_equal(getattr(arrays, key), getattr(ref, key))
 
 
 def test_check_columns_names_the_column():

@@ -23,7 +23,7 @@ def test_attention_defaults_to_flash_for_every_arch_and_is_validated():
         build_config(dict(GPT, attention="fused"))
     d, errors = encode_table({k: [v] * 2 for k, v in GPT.items()} | {"attention": ["unfused", "fused"]})
     assert errors[0] is None and errors[1] == "attention: 'fused' is unknown; use one of flash, unfused"
-    assert d["flash"][0] == encode([build_config(dict(GPT, attention="unfused"))])["flash"][0] == 0.0
+    assert d.flash[0] == encode([build_config(dict(GPT, attention="unfused"))]).flash[0] == 0.0
 
 
 def test_flash_removes_the_s2_activation_memory():

@@ -43,8 +43,8 @@ def test_enumerated_strategies_pass_build_config_and_encode_the_same():
         configs.append(built)
     ours = encode_strategies(cfg, {k: v[sample] for k, v in s.items()})
     ref = encode(configs)
-    for key in ref:
-        np.testing.assert_allclose(ours[key], ref[key], err_msg=key)
+    for key in ref._fields:
+        np.testing.assert_allclose(getattr(ours, key), getattr(ref, key), err_msg=key)
 
 
 def test_enumeration_is_complete_on_a_tiny_space():
@@ -150,11 +150,8 @@ def test_sensitivity_matches_finite_differences(predictor):
     d = encode([build_config(best["config"])])
 
     def ln_time(**scale):
-        dd = dict(d)
-        for k, f in scale.items():
-            dd[k] = d[k] * f
-        dd["num_gpus"] = dd["tp"] * dd["pp"] * dd["dp"]
-        dd["num_micro_batches"] = dd["global_batch"] / (dd["dp"] * dd["micro_batch"])
+        dd = d._replace(**{k: getattr(d, k) * f for k, f in scale.items()})
+        dd = dd._replace(num_gpus=dd.tp * dd.pp * dd.dp, num_micro_batches=dd.global_batch / (dd.dp * dd.micro_batch))
         return math.log(float(simulate(dd)["iteration_time_s"][0]))
 
     eps = 1e-3

@@ -110,9 +110,9 @@ def test_numpy_and_jax_paths_agree_and_gradients_exist():
                for tp in (1, 2, 4) for rc in ("none", "full")]
     d = encode(configs)
     reference = simulate(d)["iteration_time_s"]
-    dj = {k: jnp.asarray(v, jnp.float32) for k, v in d.items()}
+    dj = d.map(lambda v: jnp.asarray(v, jnp.float32))
     jitted = jax.jit(lambda x: simulate(x, xp=jnp)["iteration_time_s"])
     assert np.allclose(np.asarray(jitted(dj)), reference, rtol=1e-4)
-    grad = jax.grad(lambda mb: simulate(dict(dj, micro_batch=mb * jnp.ones(len(configs))), xp=jnp)
+    grad = jax.grad(lambda mb: simulate(dj._replace(micro_batch=mb * jnp.ones(len(configs))), xp=jnp)
                     ["iteration_time_s"].sum())(2.0)
     assert np.isfinite(float(grad)) and float(grad) > 0

@@ -17,6 +17,7 @@ import optax
 
 from vtrain.costmodel.collectives import collective_time
 from vtrain.costmodel.correction import run_features, standalone
+from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.measurements import CollectiveSet, KernelSet, take_collectives, take_kernels
 from vtrain.training.metrics import error_stats
@@ -25,9 +26,9 @@ from vtrain.training.model import init_correction, to_numpy
 
 @dataclass
 class FitData:
-    """Everything one fit sees. `runs` is the simulator's input dict (or None), `run_times` seconds."""
+    """Everything one fit sees. `runs` is the simulator's input (a SimInput, or None), `run_times` seconds."""
 
-    runs: dict | None
+    runs: SimInput | None
     run_times: np.ndarray | None
     kernels: KernelSet | None
     collectives: CollectiveSet | None
@@ -47,8 +48,7 @@ class FitData:
         times_train = times_val = w_train = w_val = None
         if self.runs is not None:
             keep, hold = row_masks(len(self.run_times))
-            runs_train = {k: v[keep] for k, v in self.runs.items()}
-            runs_val = {k: v[hold] for k, v in self.runs.items()}
+            runs_train, runs_val = self.runs.take(keep), self.runs.take(hold)
             times_train, times_val = self.run_times[keep], self.run_times[hold]
             weights = self.run_weights if self.run_weights is not None else np.ones(len(self.run_times))
             w_train, w_val = weights[keep], weights[hold]
@@ -107,7 +107,7 @@ def _device_data(data: FitData) -> dict:
     """The arrays of `data` as a pytree of float32 jax arrays (strings dropped)."""
     out = {}
     if data.runs is not None and len(data.run_times):
-        out["runs"] = {k: jnp.asarray(v, jnp.float32) for k, v in data.runs.items()}
+        out["runs"] = data.runs.map(lambda v: jnp.asarray(v, jnp.float32))
         out["run_times"] = jnp.asarray(data.run_times, jnp.float32)
         weights = data.run_weights if data.run_weights is not None else np.ones(len(data.run_times))
         out["run_weights"] = jnp.asarray(weights / weights.mean(), jnp.float32)

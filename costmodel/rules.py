@@ -1,0 +1,259 @@
+"""The one set of configuration validity rules, vectorised over 1-D numpy arrays.
+
+`check(f, text)` takes canonical fields as arrays of one value per configuration (integers,
+floats, bools; choice fields as codes, see below) and returns the resolved fields (defaults
+filled in: kv heads, FFN width, dp / num_gpus / global batch, GPU link figures, precision) and
+the first broken rule of each configuration. All three entry points call it:
+`spec.build_config` (one row), `table_config.encode_table` (a table) and
+`search.enumerate_strategies` (a strategy grid, `messages=False`: masks only).
+
+Choice fields are codes: `arch` an `Arch`, `schedule` a `Schedule`, `recompute` a `Recompute`,
+`precision` an index into PRECISIONS (UNSET = not given: the GPU's default), `gpu` an index into
+GPU_LIST; UNKNOWN (-1) for a value that is none of them (`text[name]` then holds the value, for the
+message). A value of 0 in num_kv_heads, ffn_hidden_size, dp, num_gpus, global_batch,
+gpus_per_node and the bandwidths means "derive it".
+
+Adding a field: its default in spec, its rule here, its encoding in encode.sim_input.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+from vtrain.costmodel.hardware import GPUS, gpu_names
+
+ARCHS = ("gpt", "llama")
+ATTENTIONS = ("flash", "unfused")  # fused FlashAttention kernel | Megatron's unfused QK^T-softmax-PV
+# selective: Korthikanti et al. / Megatron (attention core recomputed); full: whole layers;
+# selective-op: torchtitan's op-level selective AC (every second matmul output and the attention
+# output kept, the rest recomputed).
+RECOMPUTE_MODES = ("none", "selective", "full", "selective-op")
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+PRECISIONS = ("fp16", "bf16", "fp8")
+ZERO_STAGES = (0, 1, 2, 3)
+GPU_LIST = list(GPUS.values())
+UNKNOWN = -1  # a choice value that is not one of the choices
+UNSET = -2  # precision not given: the GPU's default
+
+
+class Arch(IntEnum):
+    """Transformer block family (index into ARCHS)."""
+    GPT = 0
+    LLAMA = 1
+
+
+class Recompute(IntEnum):
+    """Activation recomputation (index into RECOMPUTE_MODES)."""
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+    SELECTIVE_OP = 3
+
+
+class Schedule(IntEnum):
+    """Pipeline schedule (index into SCHEDULES)."""
+    ONE_F_ONE_B = 0
+    INTERLEAVED = 1
+    GPIPE = 2
+
+
+assert tuple(a.name.lower() for a in Arch) == ARCHS and len(Recompute) == len(RECOMPUTE_MODES)
+assert len(Schedule) == len(SCHEDULES)
+
+
+def divisors(n: int) -> list[int]:
+    """Every positive divisor of n, ascending."""
+    n = int(n)
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def fmt_choices(values) -> str:
+    """'{1, 2, 4, ...}' (at most 12 values) for an error message."""
+    values = list(values)
+    return "{" + ", ".join(str(v) for v in values[:12]) + (", ..." if len(values) > 12 else "") + "}"
+
+
+def gpu_default_precision(g: np.ndarray) -> np.ndarray:
+    """Precision code each GPU (index into GPU_LIST) trains in by default: bf16 where it has it."""
+    table = np.array([PRECISIONS.index("bf16" if "bf16" in s.peak_flops else "fp16") for s in GPU_LIST])
+    return table[g]
+
+
+class Errors:
+    """The first broken rule per row, in check()'s order: `ok` mask, and (unless messages=False)
+    `field` and `msg` (the message after 'field: ') per row."""
+
+    def __init__(self, n: int, messages: bool = True):
+        self.ok = np.ones(n, dtype=bool)
+        self.messages = messages
+        self.field = np.full(n, None, dtype=object)
+        self.msg = np.full(n, None, dtype=object)
+
+    def fail(self, mask, field: str, make):
+        rows = np.flatnonzero(mask & self.ok)
+        if self.messages:
+            for i in rows:
+                self.field[i] = field
+                self.msg[i] = make(i)
+        self.ok[rows] = False
+
+    def fail_msg(self, errors):
+        """Errors found before check() (coercion): full 'field: message' strings or None."""
+        rows = np.flatnonzero((errors != None) & self.ok)  # noqa: E711 (elementwise)
+        for i in rows:
+            self.field[i], self.msg[i] = str(errors[i]).split(": ", 1)
+        self.ok[rows] = False
+
+    def lines(self) -> np.ndarray:
+        """'field: message' per row (None where the row is valid)."""
+        out = np.full(len(self.ok), None, dtype=object)
+        for i in np.flatnonzero(~self.ok):
+            out[i] = f"{self.field[i]}: {self.msg[i]}"
+        return out
+
+
+def _safe(x, ok):
+    """Denominator that is never zero (rows already failing use 1)."""
+    return np.where(ok & (x != 0), x, 1)
+
+
+def _text(text, name, i, code):
+    return text[name][i] if text and name in text else code
+
+
+def check(f: dict, text: dict | None = None, errors: Errors | None = None, messages: bool = True):
+    """Resolve and validate canonical fields (see the module docstring). Returns (resolved, errors):
+    resolved holds every canonical field as an array (codes for choices), errors an Errors.
+    Arrays of length 1 broadcast against the others (a grid's constant fields)."""
+    n = max(len(v) for v in f.values())
+    E = errors if errors is not None else Errors(n, messages)
+    i64 = np.int64
+
+    # --- model ---
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "vocab_size"):
+        x = f[name]
+        E.fail(x <= 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
+    for name in ("num_kv_heads", "ffn_hidden_size"):
+        x = f[name]
+        E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
+    arch = f["arch"]
+    E.fail(arch < 0, "arch", lambda i: f"'{_text(text, 'arch', i, arch[i])}' is unknown; use one of {', '.join(ARCHS)}")
+    llama = arch == Arch.LLAMA
+    attention = f["attention"]
+    E.fail(attention < 0, "attention",
+           lambda i: f"'{_text(text, 'attention', i, attention[i])}' is unknown; use one of {', '.join(ATTENTIONS)}")
+    layers, hidden, heads = f["num_layers"], f["hidden_size"], f["num_attention_heads"]
+    seq = f["seq_len"]
+    kv = np.where(f["num_kv_heads"] == 0, heads, f["num_kv_heads"])
+    ffn_llama = -(-(8 * hidden // 3) // 256) * 256
+    ffn = np.where(f["ffn_hidden_size"] == 0, np.where(llama, ffn_llama, 4 * hidden), f["ffn_hidden_size"])
+    E.fail(hidden % _safe(heads, E.ok) != 0, "num_attention_heads",
+           lambda i: f"hidden_size={hidden[i]} is not divisible by num_attention_heads={heads[i]}; use heads in "
+                     f"{fmt_choices(divisors(hidden[i]))}")
+    E.fail(heads % _safe(kv, E.ok) != 0, "num_kv_heads",
+           lambda i: f"{kv[i]} does not divide num_attention_heads={heads[i]}; use one of "
+                     f"{fmt_choices(divisors(heads[i]))}")
+
+    # --- cluster ---
+    gidx = f["gpu"]
+    E.fail(gidx < 0, "gpu", lambda i: f"'{_text(text, 'gpu', i, gidx[i])}' is not a known GPU; use one of "
+                                      f"{', '.join(gpu_names())} (or set intra_node_bw_GBps etc. on a known preset)")
+    g = np.where(gidx < 0, list(GPUS).index("a100-80gb"), gidx)
+    prec = np.where(f["precision"] == UNSET, gpu_default_precision(g), f["precision"])
+    E.fail(prec < 0, "precision",
+           lambda i: f"'{_text(text, 'precision', i, prec[i])}' is unknown; use one of {', '.join(PRECISIONS)}")
+    supported = np.zeros(len(prec), dtype=bool)
+    for code, p in enumerate(PRECISIONS):
+        supported |= (prec == code) & np.array([p in s.peak_flops for s in GPU_LIST])[g]
+    E.fail(~supported, "precision",
+           lambda i: f"{GPU_LIST[g[i]].name} has no {PRECISIONS[prec[i]]} tensor cores; use one "
+                     f"of {', '.join(p for p in GPU_LIST[g[i]].peak_flops if p in PRECISIONS)}")
+    gpn, intra, inter = f["gpus_per_node"], f["intra_node_bw_GBps"], f["inter_node_bw_Gbps"]
+    gpus_per_node = np.where(gpn != 0, gpn, np.array([s.gpus_per_node for s in GPU_LIST])[g])
+    intra = np.where(intra != 0, intra, np.array([float(s.nvlink_GBps) for s in GPU_LIST])[g])
+    inter = np.where(inter != 0, inter, np.array([float(s.nic_Gbps) for s in GPU_LIST])[g])
+    for name, val in (("gpus_per_node", gpus_per_node), ("intra_node_bw_GBps", intra), ("inter_node_bw_Gbps", inter)):
+        E.fail(val <= 0, name, lambda i, val=val: f"{val[i]} must be positive")
+
+    # --- parallel ---
+    for name in ("tp", "pp", "micro_batch", "vpp"):
+        x = f[name]
+        E.fail(x <= 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
+    for name in ("dp", "num_gpus", "global_batch"):
+        x = f[name]
+        E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
+    tp, pp, mb, vpp = f["tp"], f["pp"], f["micro_batch"], f["vpp"]
+    dp, num_gpus = f["dp"], f["num_gpus"]
+    tpp = _safe(tp * pp, E.ok)
+    dp = np.where((dp == 0) & (num_gpus == 0), 1, dp)
+    derive = dp == 0
+    E.fail(derive & (num_gpus % tpp != 0), "num_gpus",
+           lambda i: f"{num_gpus[i]} is not divisible by tp*pp={tp[i] * pp[i]}; use a multiple of "
+                     f"{tp[i] * pp[i]} or change tp/pp")
+    dp = np.where(derive, num_gpus // tpp, dp)
+    num_gpus = np.where(num_gpus == 0, tp * pp * dp, num_gpus)
+
+    def _ng_msg(i):
+        t, q, d_, ng = int(tp[i]), int(pp[i]), int(dp[i]), int(num_gpus[i])
+        hint = ng // (t * q) if ng % (t * q) == 0 else "?"
+        return f"{ng} != tp*pp*dp = {t}*{q}*{d_} = {t * q * d_}; set num_gpus={t * q * d_} or dp={hint}"
+
+    E.fail(tp * pp * dp != num_gpus, "num_gpus", _ng_msg)
+    E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: f"{tp[i]} does not divide num_attention_heads={heads[i]}; "
+                                                         f"use tp in {fmt_choices(divisors(heads[i]))}")
+    ok = E.ok
+    E.fail((kv % _safe(tp, ok) != 0) & (tp % _safe(kv, ok) != 0), "tp",
+           lambda i: f"{tp[i]} neither divides nor is a multiple of num_kv_heads={kv[i]}")
+    schedule = f["schedule"]
+    E.fail(schedule < 0, "schedule",
+           lambda i: f"'{_text(text, 'schedule', i, schedule[i])}' is unknown; use one of {', '.join(SCHEDULES)}")
+    interleaved = schedule == Schedule.INTERLEAVED
+    E.fail(~interleaved & (vpp != 1), "vpp",
+           lambda i: f"{vpp[i]} needs schedule='interleaved'; set schedule=interleaved or vpp=1")
+    E.fail(interleaved & (pp == 1), "schedule", lambda i: "interleaved needs pp > 1; use schedule=1f1b or raise pp")
+
+    def _pp_msg(i):
+        nl, v_ = int(layers[i]), int(vpp[i])
+        okd = [d_ for d_ in divisors(nl) if d_ % v_ == 0] if v_ > 1 else divisors(nl)
+        return f"num_layers={nl} is not divisible by pp*vpp={pp[i]}*{v_}; use pp*vpp in {fmt_choices(okd)}"
+
+    E.fail(layers % _safe(pp * vpp, E.ok) != 0, "pp", _pp_msg)
+    dpmb = dp * mb
+    global_batch = np.where(f["global_batch"] != 0, f["global_batch"], dpmb)
+    E.fail(global_batch % _safe(dpmb, E.ok) != 0, "global_batch",
+           lambda i: f"{global_batch[i]} is not divisible by dp*micro_batch={dp[i]}*{mb[i]}={dpmb[i]}; "
+                     f"use a multiple of {dpmb[i]}")
+    ok = E.ok
+    micro_batches = global_batch // _safe(dpmb, ok)
+    E.fail(interleaved & (micro_batches % _safe(pp, ok) != 0), "global_batch",
+           lambda i: f"the interleaved schedule needs the micro-batches per pipeline ({micro_batches[i]}) to be a "
+                     f"multiple of pp={pp[i]}; use a global_batch multiple of {dpmb[i] * pp[i]} or schedule=1f1b")
+    recompute = f["recompute"]
+    E.fail(recompute < 0, "recompute",
+           lambda i: f"'{_text(text, 'recompute', i, recompute[i])}' is unknown; use one of "
+                     f"{', '.join(RECOMPUTE_MODES)}")
+    zero = f["zero_stage"]
+    E.fail(~np.isin(zero, ZERO_STAGES), "zero_stage", lambda i: f"{zero[i]} is not a ZeRO stage; use 0, 1, 2 or 3")
+    E.fail((zero == 3) & (pp > 1), "zero_stage",
+           lambda i: "ZeRO-3 cannot be combined with pp > 1; use zero_stage <= 2 or pp=1")
+    sp = f["sequence_parallel"].astype(bool) & (tp != 1)  # a no-op without tensor parallelism
+    E.fail(sp & (seq % _safe(tp, E.ok) != 0), "sequence_parallel",
+           lambda i: f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
+                     "dividing seq_len")
+
+    resolved = dict(
+        num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_len=seq, num_kv_heads=kv,
+        ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
+        tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
+        sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
+        overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
+        gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
+        inter_node_bw_Gbps=inter.astype(np.float64), precision=prec,
+    )
+    resolved = {k: (v.astype(i64, copy=False) if v.dtype.kind in "iu" else v) for k, v in resolved.items()}
+    return resolved, E
+
+
+__all__ = ["check", "Errors", "divisors", "fmt_choices", "Arch", "Recompute", "Schedule", "ARCHS", "ATTENTIONS",
+           "RECOMPUTE_MODES", "SCHEDULES", "PRECISIONS", "GPU_LIST", "UNKNOWN", "UNSET"]
