@@ -10,7 +10,6 @@ Pure array code.
 from __future__ import annotations
 
 from vtrain.costmodel.ops import ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP
-from vtrain.costmodel.rules import Recompute
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
