@@ -13,7 +13,8 @@ CheckpointOpt = typer.Option("default", "--checkpoint", "-c",
                              help="Correction checkpoint: 'default' (shipped), a .npz path, or 'none' (analytical).")
 
 
-ZERO_ALLOWED = ("zero_stage",)
+ZERO_ALLOWED = ("zero_stage", "num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_experts",
+                "first_dense_layers")
 
 
 def config_overrides(**flags) -> dict:
@@ -40,6 +41,12 @@ FIELD_OPTIONS = dict(
     arch=typer.Option(None, "--arch", help="gpt (LayerNorm, GeLU) or llama (RMSNorm, SwiGLU, RoPE, GQA)."),
     attention=typer.Option(None, "--attention", help="flash (fused FlashAttention, default) or unfused "
                            "(Megatron's QK^T-softmax-PV with s^2 scores, as vTrain's runs)."),
+    num_experts=typer.Option(None, "--num-experts", help="Routed experts per MoE layer (0 = dense)."),
+    experts_per_token=typer.Option(None, "--experts-per-token", help="Routed experts per token (top-k)."),
+    moe_ffn_hidden_size=typer.Option(None, "--moe-ffn-hidden-size", help="FFN size of one expert "
+                                     "(default ffn_hidden_size)."),
+    shared_experts=typer.Option(None, "--shared-experts", help="Shared experts (each of moe_ffn_hidden_size)."),
+    first_dense_layers=typer.Option(None, "--first-dense-layers", help="Leading dense layers before the MoE ones."),
     num_gpus=typer.Option(None, "--num-gpus", "-n", help="Total GPUs (= tp*pp*dp)."),
     tp=typer.Option(None, "--tp", help="Tensor-parallel degree."),
     pp=typer.Option(None, "--pp", help="Pipeline-parallel degree."),
@@ -53,6 +60,7 @@ FIELD_OPTIONS = dict(
     vpp=typer.Option(None, "--vpp", help="Virtual pipeline stages per GPU (interleaved)."),
     overlap_grad_reduce=typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                      help="Overlap DP gradient reduction with the backward pass."),
+    ep=typer.Option(None, "--ep", help="Expert-parallel degree (inside the data-parallel group)."),
     gpus_per_node=typer.Option(None, "--gpus-per-node", help="GPUs per node (default from the GPU preset)."),
     intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),
     inter_node_bw_Gbps=typer.Option(None, "--inter-node-bw-Gbps", help="NIC Gb/s per GPU."),

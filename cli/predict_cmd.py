@@ -10,7 +10,8 @@ from vtrain.cli.app import app
 from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
 
 BREAKDOWN_LABELS = {
-    "compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "dp_comm": "DP comm (exposed)",
+    "compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP all-to-all",
+    "dp_comm": "DP comm (exposed)",
     "bubble": "pipeline bubble", "optimizer": "optimizer step", "overhead": "framework overhead",
 }
 
@@ -83,6 +84,7 @@ def predict(
     predictor = Predictor.load(checkpoint, allreduce_table=table)
     result = predictor.predict(cfg)
     cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None
+    outside = _outside_line(predictor, cfg)
 
     if as_json:
         out = dict(
@@ -90,7 +92,8 @@ def predict(
             memory_gib_per_gpu=result.memory_gib_per_gpu, gpu_memory_gib=result.gpu_memory_gib,
             fits_memory=result.fits_memory, breakdown=result.breakdown, memory_breakdown_gib=result.memory_breakdown_gib,
             model_flops_per_iteration=result.model_flops, num_parameters=cfg.model.num_parameters,
-            checkpoint=result.checkpoint, config=cfg.flat(),
+            active_parameters=cfg.model.active_parameters,
+            checkpoint=result.checkpoint, config=cfg.flat(), outside_training_data=outside,
         )
         if cost:
             out.update(tokens=cost.tokens, iterations=cost.iterations, train_days=cost.train_days,
@@ -98,6 +101,23 @@ def predict(
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     _print_table(cfg, result, cost, price_per_gpu_hour)
+    if outside:
+        typer.echo(outside)
+
+
+def _outside_line(predictor, cfg) -> str:
+    """One line naming the inputs outside the checkpoint's training runs ('' when none or analytical)."""
+    import numpy as np
+
+    from vtrain.costmodel.correction import out_of_domain
+    from vtrain.costmodel.encode import encode
+
+    items = (out_of_domain(predictor.correction, encode([cfg]), np) or [[]])[0]
+    if not items:
+        return ""
+    parts = ", ".join(f"{name}={v:g} (trained {lo:g}-{hi:g})" for name, v, lo, hi in items)
+    return (f"outside the training data: {parts}; the learned global term is held at the edge of its "
+            "training range, so treat this answer as an extrapolation (--checkpoint none: analytical)")
 
 
 def _print_table(cfg, result, cost, price):
@@ -106,13 +126,21 @@ def _print_table(cfg, result, cost, price):
 
     m, p, c = cfg.model, cfg.parallel, cfg.cluster
     console = Console()
-    title = (f"{m.arch} {m.num_parameters / 1e9:.1f}B ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}) on "
+    params = f"{m.num_parameters / 1e9:.1f}B" + (
+        f" total, {m.active_parameters / 1e9:.1f}B active, {m.num_experts} experts top-{m.experts_per_token}"
+        if m.num_experts else "")
+    title = (f"{m.arch} {params} ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}) on "
              f"{p.num_gpus} x {c.gpu} ({c.precision})")
     strategy = (f"tp={p.tp} pp={p.pp} dp={p.dp} micro_batch={p.micro_batch} global_batch={p.global_batch} "
                 f"({p.num_micro_batches} micro-batches) schedule={p.schedule}"
                 + (f" vpp={p.vpp}" if p.vpp > 1 else "") + f" recompute={p.recompute} zero={p.zero_stage}"
-                + (" sp" if p.sequence_parallel else ""))
-    table = Table(title=title, caption=strategy + f"\ncheckpoint: {result.checkpoint}", show_header=False)
+                + (" sp" if p.sequence_parallel else "") + (f" ep={p.ep}" if m.num_experts else ""))
+    caption = strategy + f"\ncheckpoint: {result.checkpoint}"
+    if m.num_experts and p.ep * p.tp > c.gpus_per_node and result.checkpoint != "none":
+        caption += " (the all-to-all across nodes is analytical: no measured cross-node all-to-all)"
+    if m.num_experts:
+        caption += "\nMoE assumed: balanced routing, no token dropping, expert TP = tp, all-to-all not overlapped"
+    table = Table(title=title, caption=caption, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
     table.add_row("iteration time", _fmt_time(result.iteration_time_s))
@@ -122,7 +150,7 @@ def _print_table(cfg, result, cost, price):
     table.add_row("memory per GPU", f"{result.memory_gib_per_gpu:.1f} / {result.gpu_memory_gib:.0f} GiB ({fits})")
     table.add_section()
     for key, seconds in result.breakdown.items():
-        if key == "overhead" and seconds == 0:
+        if key in ("overhead", "ep_comm") and seconds == 0:
             continue
         share = seconds / result.iteration_time_s * 100
         table.add_row(f"  {BREAKDOWN_LABELS[key]}", f"{_fmt_time(seconds)}  ({share:4.1f} %)")

@@ -53,6 +53,25 @@ def collective_time(op_name: str, size_bytes, group, ranks_per_node, net: dict, 
     return xp.where(group > 1.0, t, 0.0)
 
 
+def all_to_all_time(size_bytes, group, ranks_per_node, net: dict, correction, xp):
+    """One all-to-all in which each of `group` ranks sends `size_bytes` (split evenly over the
+    ranks). Inside a node: the ring-style alpha-beta model of `collective_time`. Across nodes each
+    GPU sends the (group - r) / group of its buffer bound for other nodes through its own NIC while
+    the (r - 1) / group for its node peers goes over NVLink at the same time (r = ranks_per_node):
+    time = max(NVLink part, NIC part) + latency, with the analytical efficiencies (no measured
+    cross-node all-to-all to learn from). 0 when group == 1."""
+    group = group * 1.0
+    in_node = collective_time("all_to_all", size_bytes, group, ranks_per_node, net, correction, xp)
+    # The measured all-to-alls (XLA tables) are all inside one node: across nodes the learned
+    # correction would extrapolate, so the analytical efficiency and latency apply there.
+    bw_eff, latency_mult = BASE_BW_EFFICIENCY, 1.0
+    g = xp.maximum(group, 1.0)
+    nvlink = (ranks_per_node - 1.0) / g * size_bytes / (net["intra_bw"] * bw_eff)
+    nic = (group - ranks_per_node) / g * size_bytes / (net["inter_bw"] * bw_eff)
+    across = CALL_LATENCY * latency_mult + xp.maximum(nvlink, nic) + (group - 1.0) * ALPHA_INTER * latency_mult
+    return xp.where(group > ranks_per_node, across, in_node)
+
+
 def lut_allreduce_time(size_bytes, group, table: dict, xp):
     """All-reduce time from a measured table: table["sizes"] [S] bytes (ascending),
     table["times"] [G, S] seconds for group sizes table["groups"] [G]. Linear interpolation in

@@ -96,8 +96,42 @@ def from_hf(data: dict) -> dict:
     model_type = str(data.get("model_type", "")).lower()
     gated = model_type in HF_LLAMA_TYPES or str(data.get("hidden_act", "")).lower() in ("silu", "swiglu")
     out["arch"] = "llama" if gated else "gpt"
+    head_dim, hidden, heads = data.get("head_dim"), out.get("hidden_size"), out.get("num_attention_heads")
+    if head_dim and hidden and heads and int(head_dim) * int(heads) != int(hidden):
+        raise ConfigError("head_dim", f"{head_dim} differs from hidden_size/num_attention_heads = {hidden}/{heads}; "
+                          "vtrain models head_dim = hidden_size/heads only")
     if "seq_len" in out:
         out["seq_len"] = min(int(out["seq_len"]), HF_MAX_SEQ_LEN)
+    out.update(_hf_moe(data))
+    return out
+
+
+def _hf_moe(data: dict) -> dict:
+    """MoE fields of a Mixtral / Qwen-MoE / DeepSeek config.json; refuses what vtrain cannot express."""
+    experts = next((data[k] for k in ("num_local_experts", "n_routed_experts", "num_experts") if data.get(k)), 0)
+    if not experts:
+        return {}
+    out = dict(num_experts=experts, experts_per_token=data.get("num_experts_per_tok") or 0)
+    if data.get("moe_intermediate_size"):
+        out["moe_ffn_hidden_size"] = data["moe_intermediate_size"]
+    moe_ffn = out.get("moe_ffn_hidden_size") or data.get("intermediate_size") or 0
+    if data.get("n_shared_experts"):
+        out["shared_experts"] = data["n_shared_experts"]
+    shared_ffn = data.get("shared_expert_intermediate_size") or 0
+    if shared_ffn:
+        if not moe_ffn or shared_ffn % moe_ffn:
+            raise ConfigError("shared_expert_intermediate_size", f"{shared_ffn} is not a multiple of the expert size "
+                              f"{moe_ffn}; give shared_experts and moe_ffn_hidden_size in a vtrain config instead")
+        out["shared_experts"] = shared_ffn // moe_ffn
+    if data.get("first_k_dense_replace"):
+        out["first_dense_layers"] = data["first_k_dense_replace"]
+    for key in ("moe_layer_freq", "decoder_sparse_step"):
+        if data.get(key) not in (None, 1):
+            raise ConfigError(key, f"{data[key]}: only every layer being MoE (1) is modelled; give a vtrain config "
+                              "with first_dense_layers instead")
+    if data.get("mlp_only_layers"):
+        raise ConfigError("mlp_only_layers", "dense layers between MoE layers are not modelled; give a vtrain config "
+                          "with first_dense_layers instead")
     return out
 
 

@@ -139,6 +139,10 @@ def run_features(d: dict, xp):
 
 
 N_RUN_FEATURES = 10
+# run_features column -> (name, value from a feature: 2**(4f + offset) for log2 columns, else f * scale)
+RUN_FEATURE_UNITS = (("tp", "log2", 0), ("pp", "log2", 0), ("dp", "log2", 0), ("micro_batch", "log2", 0),
+                     ("micro-batches", "log2", 0), ("hidden", "log2", 12), ("seq", "log2", 11),
+                     ("layers/stage", "log2", 0), ("recompute", "linear", 8), ("sequence_parallel", "linear", 4))
 OVERHEAD_INIT_BIAS = -8.0
 
 
@@ -160,3 +164,26 @@ def global_adjustment(correction: dict | None, d: dict, xp):
     # The output bias starts at OVERHEAD_INIT_BIAS, i.e. ~0.3 microseconds: effectively zero.
     overhead = 1e-3 * xp.exp(xp.clip(raw[..., 1], -20.0, 5.0))
     return factor, overhead
+
+
+def out_of_domain(correction: dict | None, d: dict, xp) -> list[list[tuple]]:
+    """Per config in `d`: (input name, value, lowest seen, highest seen) for each input of the global
+    term outside the range of the training runs (where it is clamped to that range); [] when the
+    correction stores no range (or there is none)."""
+    seen = (correction or {}).get("feature_range", {}).get("global")
+    if seen is None:
+        return []
+    feats = xp.asarray(run_features(d, xp)).reshape(-1, N_RUN_FEATURES)
+
+    def value(f, unit, k):
+        return float(2.0 ** (4.0 * f + k)) if unit == "log2" else float(f * k)
+
+    out = []
+    for row in feats:
+        items = []
+        for i, (name, unit, k) in enumerate(RUN_FEATURE_UNITS):
+            if row[i] > seen["max"][i] + 1e-9 or row[i] < seen["min"][i] - 1e-9:
+                items.append((name, value(row[i], unit, k), value(seen["min"][i], unit, k),
+                              value(seen["max"][i], unit, k)))
+        out.append(items)
+    return out

@@ -57,6 +57,13 @@ class SimInput(NamedTuple):
     inter_bw: Any
     gpus_per_node: Any
     grad_bytes: Any
+    # mixture of experts (0 experts = dense; docs/moe.md)
+    experts: Any
+    top_k: Any
+    moe_ffn: Any
+    shared: Any
+    dense_layers: Any
+    ep: Any
 
     def map(self, fn) -> "SimInput":
         """`fn` applied to every field (e.g. a cast, padding, a device transfer)."""
@@ -101,7 +108,9 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         peak_flops=_PEAK[g, prec], peak_flops_16=_GPU["peak_flops_16"][g], hbm_bw=_GPU["hbm_bw"][g],
         hbm_bytes=_GPU["hbm_bytes"][g], intra_bw=f(r["intra_node_bw_GBps"]) * 1e9,
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
-        grad_bytes=_GRAD[prec],
+        grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
+        moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
+        ep=f(r["ep"]),
     )
     d = with_layout(d, f(r["tp"]), f(r["pp"]), f(r["dp"]), f(r["micro_batch"]), f(r["vpp"]))
     return d if dtype == np.float64 else d.map(lambda v: v.astype(dtype))

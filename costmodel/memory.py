@@ -9,7 +9,9 @@ Pure array code.
 """
 from __future__ import annotations
 
-from vtrain.costmodel.ops import ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP
+from vtrain.costmodel import moe
+from vtrain.costmodel.ops import (ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP,
+                                    layer_parameters)
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
@@ -41,14 +43,15 @@ def activation_bytes_per_layer(d: dict, xp):
     # fused QKV output), V, the attention output + LSE, the MLP gate (GPT: fc1) output.
     kept_split = 2.0 * sbh * (1.0 + kv_frac + gpt * kv_frac) + 2.0 * sbh + flash + 2.0 * s * b * f + scores
     selective_op = 4.0 * sbh / sp_div + kept_split / tp
-    return full, scores / tp, selective_op
+    return full, scores / tp, mlp_split / tp, selective_op
 
 
-def _states(params, d, xp) -> tuple:
-    """(weights, gradients, optimizer) bytes for `params` parameters on one GPU. ZeRO-1/2 shard the
-    fp32 master weights + Adam moments (12 B/param) and then the gradients over DP; ZeRO-3 / FSDP
-    keeps only shards: fp32 parameters (4), gradients (4) and Adam moments (8 B/param)."""
-    zero, dp = d.zero_stage, d.dp
+def _states(params, d, xp, dp=None) -> tuple:
+    """(weights, gradients, optimizer) bytes for `params` parameters on one GPU, sharded by ZeRO
+    over `dp` ranks (default: the data-parallel group). ZeRO-1/2 shard the fp32 master weights +
+    Adam moments (12 B/param) and then the gradients; ZeRO-3 / FSDP keeps only shards: fp32
+    parameters (4), gradients (4) and Adam moments (8 B/param)."""
+    zero, dp = d.zero_stage, d.dp if dp is None else dp
     fsdp = zero >= 3
     weights = xp.where(fsdp, 4.0 * params / dp, ACT_BYTES * params)
     grads = xp.where(fsdp, 4.0 * params / dp, d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0))
@@ -65,10 +68,17 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
     # pp > 1), a separate matrix for Llama; plus the final norm.
     head_params = xp.where(single, d.llama, 1.0) * embedding_params + 2.0 * d.hidden
-    params_first = (layers_per_stage * layer_params + embedding_params + xp.where(single, head_params, 0.0)) / tp
-    params_last = (layers_per_stage * layer_params + head_params) / tp
+    n_moe = moe.stage_moe_layers(d, xp)
+    moe_dense = moe.moe_layer_dense_parameters(d, layer_parameters)
 
-    per_layer, attention_scores, selective_op = activation_bytes_per_layer(d, xp)
+    def layers_params(n):  # a stage's layer parameters outside the routed experts, n of them MoE
+        return (layers_per_stage - n) * layer_params + n * moe_dense
+
+    params_first = (layers_params(n_moe["first"]) + embedding_params + xp.where(single, head_params, 0.0)) / tp
+    params_last = (layers_params(n_moe["last"]) + head_params) / tp
+
+    per_layer, attention_scores, mlp_part, selective_op = activation_bytes_per_layer(d, xp)
+    per_moe_layer = moe.activation_bytes(d, xp, per_layer, mlp_part)
     sbh = d.seq * d.micro_batch * d.hidden
     sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
@@ -77,8 +87,16 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     stored = xp.where(full, stored_full_recompute,
                       xp.where(by_op, selective_op,
                                xp.where(rec == RECOMPUTE_SELECTIVE, per_layer - attention_scores, per_layer)))
-    # Full and selective-op recompute still materialize one layer's activations during its backward.
-    working = xp.where(full | by_op, per_layer, 0.0)
+    # (selective-op on an MoE layer: its dense part as for a dense layer, the routed part stored)
+    stored_moe = xp.where(full, stored_full_recompute,
+                          xp.where(by_op, selective_op + per_moe_layer - per_layer,
+                                   xp.where(rec == RECOMPUTE_SELECTIVE, per_moe_layer - attention_scores,
+                                            per_moe_layer)))
+    is_moe = moe.is_moe(d, xp)
+    # Full and selective-op recompute still materialize one layer's activations during its backward;
+    # MoE layers also hold one all-to-all's send and receive buffers at a time.
+    working = xp.where(full | by_op, xp.maximum(per_layer, is_moe * per_moe_layer), 0.0) + \
+        is_moe * moe.permutation_buffer_bytes(d, xp)
     # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
     # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.
     fsdp = d.zero_stage >= 3
@@ -88,15 +106,18 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     # fp32 logits and their gradient for one micro-batch
     logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
-    def stage(params, micro_batches, logits_bytes):
+    def stage(params, n, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)
         weights, grads = weights + fsdp_weights, grads + fsdp_grads
-        activations = layers_per_stage * stored * micro_batches + working
+        # routed experts: experts / ep per GPU, ZeRO-sharded over the expert-data-parallel group
+        e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n), d, xp, moe.expert_dp(d))
+        weights, grads, optimizer = weights + e_weights, grads + e_grads, optimizer + e_optimizer
+        activations = ((layers_per_stage - n) * stored + n * stored_moe) * micro_batches + working
         total = weights + grads + optimizer + activations + logits_bytes + FRAMEWORK_BYTES
         return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations,
                     logits=logits_bytes + 0.0 * total, framework=FRAMEWORK_BYTES + 0.0 * total, total=total)
 
-    first = stage(params_first, in_flight, xp.where(single, logits, 0.0))
-    last = stage(params_last, 1.0, logits)
+    first = stage(params_first, n_moe["first"], in_flight, xp.where(single, logits, 0.0))
+    last = stage(params_last, n_moe["last"], 1.0, logits)
     use_last = (~single) & (last["total"] > first["total"])
     return {key: xp.where(use_last, last[key], first[key]) for key in first}

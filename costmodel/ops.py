@@ -200,8 +200,15 @@ def embedding_parameters(d: dict) -> object:
 
 def model_flops_per_micro_batch(d: dict, xp) -> object:
     """Useful model FLOP (forward + backward, no recompute) of one micro-batch across all GPUs
-    of one pipeline (all TP ranks, all stages): the MFU numerator."""
-    one = d._replace(tp=d.tp * 0.0 + 1.0, sp=d.sp * 0.0)
+    of one pipeline (all TP ranks, all stages): the MFU numerator. MoE layers count the FLOP of
+    the parameters a token activates (balanced routing)."""
+    from vtrain.costmodel import moe
+
+    one = d._replace(tp=d.tp * 0.0 + 1.0, sp=d.sp * 0.0, ep=d.ep * 0.0 + 1.0)
     fwd = sum(op["flops"] for op in layer_forward_ops(one, xp) if op["cls"] in ("gemm", "attention"))
+    # MoE layers count their active parameters: router, top-k routed experts, shared experts
+    moe_ops = moe.mask_shared(moe.moe_layer_forward_ops(one, xp, lambda dd: layer_forward_ops(dd, xp)), one, xp)
+    moe_fwd = sum(op["flops"] for op in moe_ops if op["cls"] in ("gemm", "attention"))
+    n_moe = moe.stage_moe_layers(one, xp)["total"]
     head = 2.0 * d.micro_batch * d.seq * d.vocab * d.hidden
-    return 3.0 * (d.layers * fwd + head)
+    return 3.0 * ((d.layers - n_moe) * fwd + n_moe * moe_fwd + head)

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from vtrain.costmodel.rules import Schedule
 
-COMPONENTS = ("compute", "tp_comm", "pp_comm")
+COMPONENTS = ("compute", "tp_comm", "pp_comm", "ep_comm")
 
 
 def pipeline_time(first: dict, middle: dict, last: dict, m, pp, vpp, xp) -> dict:
-    """Per-stage dicts hold per-micro-batch seconds for COMPONENTS. With pp == 1 `first` must
+    """Per-stage dicts hold per-micro-batch seconds for COMPONENTS (a missing one counts 0). With pp == 1 `first` must
     already be the whole model (it is the only stage); with pp == 2 `middle` is ignored.
 
     Returns the pipeline's seconds split into the bottleneck stage's steady-state components
     (m * component) and `bubble`, plus `total`."""
+    first, middle, last = ({c: s.get(c, 0.0) for c in COMPONENTS} for s in (first, middle, last))
     t_first = sum(first[c] for c in COMPONENTS)
     t_mid = sum(middle[c] for c in COMPONENTS)
     t_last = sum(last[c] for c in COMPONENTS)

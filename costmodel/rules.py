@@ -155,6 +155,25 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
            lambda i: f"{kv[i]} does not divide num_attention_heads={heads[i]}; use one of "
                      f"{fmt_choices(divisors(heads[i]))}")
 
+    # --- mixture of experts ---
+    experts, top_k, moe_ffn_given = f["num_experts"], f["experts_per_token"], f["moe_ffn_hidden_size"]
+    shared, first_dense = f["shared_experts"], f["first_dense_layers"]
+    moe_fields = dict(num_experts=experts, experts_per_token=top_k, moe_ffn_hidden_size=moe_ffn_given,
+                      shared_experts=shared, first_dense_layers=first_dense)
+    for name, x in moe_fields.items():
+        E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be >= 0")
+    dense = experts == 0
+    for name, x in list(moe_fields.items())[1:]:
+        E.fail(dense & (x != 0), name, lambda i, x=x, name=name: f"{x[i]} needs a mixture-of-experts model; set "
+                                                                 f"num_experts (> 0) or drop {name}")
+    E.fail(~dense & (top_k == 0), "experts_per_token",
+           lambda i: "missing; give the number of routed experts per token (top-k) for num_experts > 0")
+    E.fail(top_k > experts, "experts_per_token",
+           lambda i: f"{top_k[i]} exceeds num_experts={experts[i]}; use 1..{experts[i]}")
+    E.fail(~dense & (first_dense >= layers), "first_dense_layers",
+           lambda i: f"{first_dense[i]} leaves no MoE layer of num_layers={layers[i]}; use 0..{layers[i] - 1}")
+    moe_ffn = np.where(~dense & (moe_ffn_given == 0), ffn, moe_ffn_given)
+
     # --- cluster ---
     gidx = f["gpu"]
     E.fail(gidx < 0, "gpu", lambda i: f"'{_text(text, 'gpu', i, gidx[i])}' is not a known GPU; use one of "
@@ -242,7 +261,20 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
            lambda i: f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
                      "dividing seq_len")
 
+    ep = f["ep"]
+    E.fail(ep <= 0, "ep", lambda i: f"{ep[i]} must be a positive integer")
+    E.fail(dense & (ep != 1), "ep", lambda i: f"{ep[i]} needs a mixture-of-experts model; set num_experts or ep=1")
+    E.fail(experts % _safe(ep, E.ok) != 0, "ep",
+           lambda i: f"{ep[i]} does not divide num_experts={experts[i]}; use ep in {fmt_choices(divisors(experts[i]))}")
+    E.fail(dp % _safe(ep, E.ok) != 0, "ep",
+           lambda i: f"{ep[i]} does not divide the data-parallel size dp={dp[i]} (experts are sharded inside the dp "
+                     f"group); use ep in {fmt_choices([e for e in divisors(dp[i]) if experts[i] % e == 0])}")
+    E.fail(~dense & (tp > 1) & ~sp, "sequence_parallel",
+           lambda i: "mixture-of-experts with tp > 1 needs sequence_parallel=true (as Megatron-Core)")
+
     resolved = dict(
+        num_experts=experts, experts_per_token=top_k, moe_ffn_hidden_size=moe_ffn, shared_experts=shared,
+        first_dense_layers=first_dense, ep=ep,
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_len=seq, num_kv_heads=kv,
         ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,

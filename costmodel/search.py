@@ -56,7 +56,8 @@ PRICE_PER_GPU_HOUR = {
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
                    "recompute", "sequence_parallel", "zero_stage")
-LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "dp_comm": "DP comm",
+LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP comm",
+                "dp_comm": "DP comm",
                 "bubble": "bubble", "optimizer": "optimizer", "overhead": "overhead"}
 BUCKETS = (32768,)  # padded batch size of the jitted evaluation (larger batches are chunked): one compile
 
@@ -173,7 +174,7 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
     """Canonical fields (rules.check's input) of every strategy: cfg's model, cluster and global
     batch (repeated, or of length 1 with broadcast=False) with the strategy's layout."""
     n = len(strategies["tp"])
-    f = {k: (np.repeat(v, n) if broadcast else v) for k, v in config_fields([cfg]).items()}
+    f = {k: (np.repeat(v, n) if broadcast or n == 0 else v) for k, v in config_fields([cfg]).items()}
     for key in STRATEGY_FIELDS:
         if key != "num_micro_batches":
             f[key] = strategies[key]
@@ -370,6 +371,9 @@ def candidates(cfg: TrainConfig, space: SearchSpace):
         raise UserError(f"--max-gpus: {space.max_gpus} must be a positive integer")
     if (space.num_gpus is None) == (space.max_gpus is None):
         raise UserError("search: give exactly one of --num-gpus N or --max-gpus N")
+    if cfg.model.num_experts:
+        raise UserError("search: mixture-of-experts models are not searched yet (ep is not enumerated); "
+                        "predict each layout with `vtrain predict --ep N` instead")
     strategies = enumerate_strategies(cfg, space)
     n = len(strategies["tp"])
     if n == 0:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from vtrain.costmodel import moe
 from vtrain.costmodel import ops as opgraph
 from vtrain.costmodel.ops import BASE_EFFICIENCY  # noqa: F401 (re-exported)
-from vtrain.costmodel.collectives import collective_time, lut_allreduce_time
+from vtrain.costmodel.collectives import all_to_all_time, collective_time, lut_allreduce_time
 from vtrain.costmodel.correction import global_adjustment, op_efficiency
 from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.memory import memory_per_gpu
@@ -27,7 +28,7 @@ from vtrain.costmodel.rules import Recompute
 DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
-BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "overhead")
+BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "ep_comm", "dp_comm", "bubble", "optimizer", "overhead")
 
 
 def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
@@ -105,6 +106,16 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp)
     head = opgraph.head_ops(d, xp)
     t_head = ops_time(head + opgraph.backward_ops(head, xp), hw, correction, xp)
+    # MoE layers (zero of them for dense models): the same attention, shared experts as the MLP,
+    # and the routed experts (costmodel/moe.py)
+    n_moe = moe.stage_moe_layers(d, xp)
+    moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp))
+    moe_bwd = moe.mask_shared(opgraph.backward_ops(moe_fwd, xp), d, xp)
+    moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp, d)
+    moe_fwd_times = op_times(moe_fwd, hw, correction, xp)
+    moe_rec_times = [t * r["mask"] for t, r in zip(moe_fwd_times, moe_rec)]
+    t_moe = sequence_time(moe_fwd, moe_fwd_times, xp) + ops_time(moe_bwd, hw, correction, xp) + \
+        sequence_time(moe_rec, moe_rec_times, xp)
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
@@ -124,19 +135,41 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     p2p = collective_time("send_recv", p2p_size, 2.0, p2p_ranks_per_node, net, correction, xp)
     pp_per_mb = xp.where(pp > 1, 2.0 * p2p * vpp, 0.0)
 
-    layers_compute = layers_per_stage * (t_fwd + t_bwd)
-    layers_tp = layers_per_stage * tp_per_layer
+    # --- expert-parallel all-to-all (dispatch + combine, forward and backward, again with full
+    # recompute) and the all-gather / reduce-scatter of the routed tokens over the tp ranks ---
+    moe_mask = moe.is_moe(d, xp)
+    ep_per_node = xp.clip(d.gpus_per_node / tp, 1.0, d.ep)
+    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp)
+    ep_per_layer = moe_mask * 2.0 * a2a * (2.0 + full_recompute)
+    routed_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.top_k * d.hidden
+    moe_tp = collective_time("all_gather", routed_size, tp, tp_per_node, net, correction, xp) + \
+        collective_time("reduce_scatter", routed_size, tp, tp_per_node, net, correction, xp)
+    # the shared experts keep the layer's own TP communication
+    tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
+
+    def stage_layers(n):
+        """Compute, TP and EP seconds of a stage's layers (n MoE layers, the rest dense)."""
+        dense = layers_per_stage - n
+        return dense * (t_fwd + t_bwd) + n * t_moe, dense * tp_per_layer + n * tp_moe_layer, n * ep_per_layer
+
+    c_first, tp_first, ep_first = stage_layers(n_moe["first"])
+    c_mid, tp_mid, ep_mid = stage_layers(n_moe["middle"])
+    c_last, tp_last, ep_last = stage_layers(n_moe["last"])
+    layers_compute = c_first
     single = pp <= 1
-    first = dict(compute=layers_compute + t_emb + xp.where(single, t_head, 0.0),
-                 tp_comm=layers_tp + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb)
-    middle = dict(compute=layers_compute, tp_comm=layers_tp, pp_comm=pp_per_mb)
-    last = dict(compute=layers_compute + t_head, tp_comm=layers_tp + tp_head, pp_comm=pp_per_mb)
+    first = dict(compute=c_first + t_emb + xp.where(single, t_head, 0.0),
+                 tp_comm=tp_first + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb, ep_comm=ep_first)
+    middle = dict(compute=c_mid, tp_comm=tp_mid, pp_comm=pp_per_mb, ep_comm=ep_mid)
+    last = dict(compute=c_last + t_head, tp_comm=tp_last + tp_head, pp_comm=pp_per_mb, ep_comm=ep_last)
     pipe = pipeline_time(first, middle, last, m, pp, vpp, xp)
 
     # --- data-parallel gradient reduction and optimizer ---
     layer_params = opgraph.layer_parameters(d)
     embedding_params = opgraph.embedding_parameters(d)
-    stage_params = (layers_per_stage * layer_params + embedding_params) / tp  # largest stage
+    moe_dense_params = moe.moe_layer_dense_parameters(d, opgraph.layer_parameters)
+    # largest stage (the first: embedding); MoE layers count their non-expert parameters here
+    stage_params = ((layers_per_stage - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
+                    + embedding_params) / tp
     grad_size = d.grad_bytes * stage_params
     dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dp)
     allreduce = _allreduce(grad_size, dp, dp_per_node, net, correction, xp)
@@ -148,15 +181,28 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     zero3_gather = collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net,
                                    correction, xp)
     zero3 = xp.where(d.zero_stage >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
+    # Expert gradients (of the stage holding the most MoE layers) reduce over the expert-data-
+    # parallel group: dp / ep ranks, ep * tp apart in the rank order.
+    moe_most = xp.maximum(n_moe["first"], xp.maximum(xp.where(pp > 2, n_moe["middle"], 0.0), n_moe["last"]))
+    expert_params = moe.expert_parameters_per_gpu(d, moe_most)
+    edp = moe.expert_dp(d)
+    edp_per_node = xp.clip(d.gpus_per_node / (tp * d.ep), 1.0, edp)
+    expert_grad = d.grad_bytes * expert_params
+    expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
+    expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \
+        collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
+    t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
     overlap_window = xp.where(d.overlap > 0, layers_per_stage * t_bwd, 0.0)
     dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap) + zero3
 
-    optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dp, 1.0)
+    optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dp, 1.0) + \
+        expert_params / xp.where(d.zero_stage >= 1, edp, 1.0)
     optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d.hbm_bw) + \
         ADAM_KERNELS * DISPATCH_S
 
-    breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"], dp_comm=dp_comm,
+    breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"],
+                     ep_comm=pipe["ep_comm"], dp_comm=dp_comm,
                      bubble=pipe["bubble"], optimizer=optimizer, overhead=m * overhead_per_mb)
     breakdown = {k: v * factor for k, v in breakdown.items()}
     iteration = sum(breakdown[k] for k in BREAKDOWN_KEYS)

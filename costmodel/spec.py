@@ -41,12 +41,34 @@ class ModelSpec:
     vocab_size: int = 51200
     arch: str = "gpt"
     attention: str = "flash"
+    # Mixture of experts (0 experts = dense). moe_ffn_hidden_size 0 = ffn_hidden_size.
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_ffn_hidden_size: int = 0
+    shared_experts: int = 0
+    first_dense_layers: int = 0
 
     def __post_init__(self):
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
         if self.ffn_hidden_size == 0:
             object.__setattr__(self, "ffn_hidden_size", default_ffn(self.arch, self.hidden_size))
+        if self.num_experts and self.moe_ffn_hidden_size == 0:
+            object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return max(self.num_layers - self.first_dense_layers, 0) if self.num_experts else 0
+
+    def _expert_parameters(self) -> int:
+        h, f = self.hidden_size, self.moe_ffn_hidden_size
+        return 3 * h * f if self.arch == "llama" else 2 * h * f + f + h
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses: all but the routed experts it is not sent to (= total for dense)."""
+        unused = self.num_moe_layers * (self.num_experts - self.experts_per_token) * self._expert_parameters()
+        return self.num_parameters - unused
 
     @property
     def num_parameters(self) -> int:
@@ -66,7 +88,14 @@ class ModelSpec:
             biases = 3 * h + h + f + h
             emb = self.vocab_size * h + self.seq_len * h  # tied embedding + learned positions
             final_norm = 2 * h
-        return int(self.num_layers * (attn + mlp + norms + biases) + emb + final_norm)
+        dense_layer = attn + mlp + norms + biases
+        total = self.num_layers * dense_layer + emb + final_norm
+        if self.num_experts:
+            # MoE layer: the dense MLP (and its fc2 bias) replaced by router + routed + shared experts
+            gpt_mlp_biases = 0 if self.arch == "llama" else f + h
+            moe_mlp = (h * self.num_experts + (self.num_experts + self.shared_experts) * self._expert_parameters())
+            total += self.num_moe_layers * (moe_mlp - mlp - gpt_mlp_biases)
+        return int(total)
 
 
 def default_ffn(arch: str, hidden: int) -> int:
@@ -92,6 +121,7 @@ class ParallelSpec:
     schedule: str = "1f1b"
     vpp: int = 1
     overlap_grad_reduce: bool = False
+    ep: int = 1
 
     @property
     def num_micro_batches(self) -> int:

@@ -101,3 +101,14 @@ def test_measured_allreduce_table_replaces_the_intra_node_model(cli, tmp_path):
     assert fallback["breakdown"]["dp_comm"] > 0
     bad = cli(*args, "--allreduce-table", tmp_path / "empty-dir")
     assert bad.returncode == 2 and "AR_GPU" in bad.stderr
+
+
+def test_predict_flags_inputs_outside_the_training_data(cli):
+    far = cli("predict", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "3072", "--tp", "8", "--pp", "8",
+              "--micro-batch", "1", "--global-batch", "6144", "--recompute", "selective", "--sequence-parallel")
+    assert far.returncode == 0, far.stderr
+    line = [x for x in far.stdout.splitlines() if x.startswith("outside the training data")]
+    assert len(line) == 1 and "hidden=12288" in line[0]
+    none = cli("predict", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "3072", "--tp", "8", "--pp", "8",
+               "--micro-batch", "1", "--global-batch", "6144", "--checkpoint", "none")
+    assert none.returncode == 0 and "outside the training data" not in none.stdout

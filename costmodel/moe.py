@@ -1,0 +1,146 @@
+"""Mixture-of-Experts layers with expert parallelism (Megatron-Core style), as pure array code.
+
+An MoE layer is a transformer layer whose MLP is replaced by a router, `experts` routed experts
+(each an MLP of width `moe_ffn`) of which every token uses `top_k`, and optionally `shared`
+shared experts (a dense MLP of width shared * moe_ffn that every token uses). The first
+`dense_layers` layers stay dense (DeepSeek-V3's first_k_dense_replace); all later layers are MoE.
+
+Parallelism (Megatron-Core with expert tensor parallel = tp, its default): experts are sharded over
+`ep` ranks taken from the data-parallel group (EP ranks are tp apart in the rank order), each
+expert's FFN over the tp ranks. With tp > 1 sequence parallelism is required (as Megatron-Core
+does), so each GPU routes b*s/tp tokens. Per MoE layer and micro-batch, forward: router GEMM,
+softmax + top-k, load-balancing loss, permutation, all-to-all dispatch over ep, all-gather of the
+routed tokens over tp, grouped expert GEMMs on b*s*top_k tokens (balanced routing), reduce-scatter
+over tp, all-to-all combine, unpermutation. Backward repeats both all-to-alls. Expert gradients
+reduce over the expert-data-parallel group (dp / ep ranks), the rest over dp.
+
+Units: FLOP, bytes, seconds. `d` keys used: experts, top_k, moe_ffn, shared, dense_layers, ep
+(0 experts = a dense model: every count below is then 0).
+"""
+from __future__ import annotations
+
+from vtrain.costmodel.ops import ACT_BYTES, FLOPS_PER_ELEMENT, gemm, memory_op
+
+SHARED_MLP_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+
+
+def is_moe(d: dict, xp):
+    """1.0 for MoE configs, 0.0 for dense ones."""
+    return xp.where(d.experts > 0, 1.0, 0.0)
+
+
+def stage_moe_layers(d: dict, xp) -> dict:
+    """MoE layers on the first, the most loaded middle and the last pipeline stage (dense layers
+    come first), and in the whole model. Layers per stage = layers / pp."""
+    lps = d.layers / d.pp
+    moe = is_moe(d, xp)
+    f = d.dense_layers
+
+    def count(lo, hi):  # MoE layers among layers [lo, hi)
+        return moe * xp.clip(hi - xp.maximum(lo, f), 0.0, lps)
+
+    return dict(first=count(0.0, lps), middle=count((d.pp - 2.0) * lps, (d.pp - 1.0) * lps),
+                last=count(d.layers - lps, d.layers), total=moe * xp.maximum(d.layers - f, 0.0))
+
+
+def _safe(x, xp):
+    return xp.maximum(x, 1.0)
+
+
+def routed_tokens(d: dict, xp):
+    """Tokens one GPU routes per micro-batch (its sequence-parallel share) and the routed-token
+    copies its local experts process (balanced routing, experts TP-split)."""
+    tokens = d.micro_batch * d.seq
+    t_route = tokens / d.tp
+    t_expert = tokens * d.top_k
+    return t_route, t_expert
+
+
+def shared_ffn(d: dict):
+    return d.shared * d.moe_ffn
+
+
+def moe_layer_forward_ops(d: dict, xp, layer_ops) -> list[dict]:
+    """Forward ops of one MoE layer on one GPU: `layer_ops(d)` (the dense layer's op builder) with
+    the shared experts as its MLP (masked out without shared experts), plus the routed part."""
+    h, llama = d.hidden, d.llama
+    experts = _safe(d.experts, xp)
+    local_experts = experts / _safe(d.ep, xp)
+    t_route, t_expert = routed_tokens(d, xp)
+    per_expert = t_expert / local_experts
+    ffn_tp = d.moe_ffn / d.tp
+    base = layer_ops(d._replace(ffn=shared_ffn(d)))
+    routed = [
+        gemm("router", t_route, experts, h),
+        memory_op("router_softmax_topk", "softmax", t_route * experts, flops_per_elt=FLOPS_PER_ELEMENT["softmax"],
+                  kernels=2.0),
+        memory_op("moe_aux_loss", "elementwise", t_route * experts, reads=1.0, writes=0.1, kernels=3.0),
+        memory_op("moe_permute", "elementwise", t_route * d.top_k * h, flops_per_elt=0.0, kernels=2.0),
+        gemm("expert_up_proj", per_expert, ffn_tp * (1.0 + llama), h, batch=local_experts),
+        memory_op("expert_act", "elementwise", t_expert * ffn_tp, reads=1.0 + llama, writes=1.0,
+                  flops_per_elt=FLOPS_PER_ELEMENT["activation"]),
+        gemm("expert_down_proj", per_expert, h, ffn_tp, batch=local_experts),
+        memory_op("moe_unpermute", "elementwise", t_route * d.top_k * h, reads=1.0, writes=1.0 / _safe(d.top_k, xp),
+                  flops_per_elt=2.0, kernels=2.0),
+    ]
+    return mask_shared(base, d, xp) + routed
+
+
+def mask_shared(op_list: list[dict], d: dict, xp) -> list[dict]:
+    """Zero the shared-expert MLP ops (and their backward) where a config has no shared experts."""
+    keep = xp.where(d.shared > 0, 1.0, 0.0)
+    out = []
+    for op in op_list:
+        if op["name"].split(".")[0] in SHARED_MLP_OPS:
+            op = {**op, "flops": op["flops"] * keep, "bytes": op["bytes"] * keep, "kernels": op["kernels"] * keep}
+        out.append(op)
+    return out
+
+
+def expert_parameters(d: dict):
+    """Parameters of one routed expert (all TP ranks): gated (Llama) or GeLU (GPT, with biases)."""
+    h, f, llama = d.hidden, d.moe_ffn, d.llama
+    return (2.0 + llama) * h * f + (1.0 - llama) * (f + h)
+
+
+def moe_layer_dense_parameters(d: dict, layer_parameters):
+    """Parameters of one MoE layer outside its routed experts: attention, norms, router, shared experts."""
+    no_mlp = layer_parameters(d._replace(ffn=d.ffn * 0.0)) - (1.0 - d.llama) * d.hidden
+    return no_mlp + d.hidden * d.experts + d.shared * expert_parameters(d)
+
+
+def expert_parameters_per_gpu(d: dict, moe_layers):
+    """Routed-expert parameters one GPU holds for `moe_layers` MoE layers (experts / ep, FFN / tp)."""
+    return moe_layers * (d.experts / d.ep) * expert_parameters(d) / d.tp
+
+
+def expert_dp(d: dict):
+    """Ranks of the expert-data-parallel group (they hold the same experts)."""
+    return d.dp / d.ep
+
+
+def a2a_bytes(d: dict, xp):
+    """Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch."""
+    t_route, _ = routed_tokens(d, xp)
+    return ACT_BYTES * t_route * d.top_k * d.hidden
+
+
+def activation_bytes(d: dict, xp, dense_full, dense_mlp):
+    """Bytes one MoE layer stores per micro-batch on one GPU (no recompute): the dense layer's
+    `dense_full` without its MLP part `dense_mlp`, plus the shared experts, the router's fp32
+    logits and probabilities and the routing map, the permuted expert inputs, the expert
+    intermediates and the expert outputs waiting for the combine."""
+    h, s, b, tp, llama = d.hidden, d.seq, d.micro_batch, d.tp, d.llama
+    t_route, t_expert = routed_tokens(d, xp)
+    coeff = (1.0 - llama) * 4.0 + llama * 8.0  # bytes per token per FFN unit, as the dense MLP
+    shared = coeff * s * b * shared_ffn(d) / tp
+    router = t_route * d.experts * (2.0 * 4.0 + 1.0)
+    expert_in = ACT_BYTES * t_expert * h
+    expert_mid = coeff * t_expert * d.moe_ffn / tp
+    combine_in = ACT_BYTES * t_route * d.top_k * h
+    return dense_full - dense_mlp + shared + router + expert_in + expert_mid + combine_in
+
+
+def permutation_buffer_bytes(d: dict, xp):
+    """Transient send and receive buffers of one all-to-all (held once, not per micro-batch)."""
+    return 2.0 * a2a_bytes(d, xp)
