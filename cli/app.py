@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.errors import UserError, file_error
 
 app = typer.Typer(
     name="vtrain",
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="vtrain", standalone_mode=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except (OSError, UnicodeDecodeError) as err:  # a user file no reader wrapped: still one line
+        print(f"error: {file_error(err)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

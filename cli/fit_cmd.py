@@ -8,14 +8,69 @@ import typer
 
 from vtrain.cli.app import app
 
-DEFAULT_OUTPUT = Path("checkpoints") / "default.npz"
+# In the working directory: a fit never writes into the installed package unless asked to.
+DEFAULT_OUTPUT = Path("vtrain-checkpoint.npz")
+
+
+def _shipped_checkpoint_dirs() -> set[Path]:
+    """The folders `--checkpoint NAME` reads shipped checkpoints from (the package's checkpoints/)."""
+    from vtrain.costmodel.checkpoint import CHECKPOINT_DIR
+
+    dirs = {CHECKPOINT_DIR.resolve()}
+    try:
+        from importlib.resources import files
+
+        dirs.add(Path(str(files("vtrain.checkpoints"))).resolve())
+    except ModuleNotFoundError:
+        pass
+    return dirs
+
+
+def check_output(output: Path, replace_shipped: bool) -> None:
+    """Refuse to write into the installed package's checkpoints/ folder (where the shipped
+    default lives) unless --replace-shipped is given."""
+    from vtrain.costmodel.errors import UserError
+
+    target = output if output.suffix == ".npz" else output.with_suffix(".npz")
+    folder = target.resolve().parent
+    if folder in _shipped_checkpoint_dirs() and not replace_shipped:
+        raise UserError(f"--output: '{output}' is in the installed package's checkpoints folder ({folder}), "
+                        "where the shipped model lives; write elsewhere (e.g. -o my-checkpoint.npz) or pass "
+                        "--replace-shipped to replace it on purpose")
+
+
+def coverage_notes(ds) -> list[str]:
+    """What a fit on `ds` can learn and what stays analytical, one line each."""
+    from vtrain.costmodel.correction import OP_CLASSES
+
+    notes = []
+    trained_classes = sorted(ds.kernels.by_class) if ds.kernels.rows else []
+    if len(ds.runs) == 0:
+        learned = []
+        if trained_classes:
+            learned.append(f"op efficiencies of {', '.join(trained_classes)} from {ds.kernels.rows} kernels")
+        if ds.collectives.rows:
+            learned.append(f"collective bandwidth/latency from {ds.collectives.rows} collectives")
+        notes.append(f"note: the dataset has no runs: this fit learns only {' and '.join(learned)}, as measured "
+                     "standalone; what a training iteration adds (in-situ kernels, overlap, framework overhead: "
+                     "the in-situ and global terms) stays analytical; import measured iteration times "
+                     "(`vtrain dataset import`) to learn it")
+    missing = [cls for cls in OP_CLASSES if cls not in trained_classes]
+    if missing and (ds.kernels.rows or len(ds.runs) == 0):
+        notes.append(f"note: no kernels of {', '.join(missing)}: their op efficiencies keep the analytical default"
+                     + ("" if len(ds.runs) == 0 else " except for what the runs teach"))
+    if ds.collectives.rows == 0:
+        notes.append("note: no collectives: the collective network keeps the analytical bandwidths and latencies")
+    return notes
 
 
 @app.command()
 def fit(
     dataset_dir: Path = typer.Argument(..., help="Dataset directory (from `vtrain dataset import` / `vtrain profile`)."),
-    output: Path = typer.Option(DEFAULT_OUTPUT, "--output", "-o", help="Checkpoint path (.npz; a .json with the "
-                                                                         "metadata is written beside it)."),
+    output: Path = typer.Option(DEFAULT_OUTPUT, "--output", "-o", help="Checkpoint path (.npz; a .json with "
+                                "the metadata is written beside it). Use it with predict --checkpoint PATH."),
+    replace_shipped: bool = typer.Option(False, "--replace-shipped", help="Allow writing into the installed "
+                                         "package's checkpoints folder (e.g. replacing the shipped default)."),
     steps: int = typer.Option(6000, "--steps", help="Maximum Adam steps (early stopping may end sooner)."),
     seed: int = typer.Option(0, "--seed", help="Random seed (training is deterministic for a seed)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
@@ -31,14 +86,21 @@ def fit(
     from vtrain.training.fit import FitSettings
     from vtrain.training.train import train
 
+    check_output(output, replace_shipped)
+    from vtrain.dataset.store import check_output_dir
+
+    check_output_dir(output.parent, "--output")  # refuse an unwritable place before training
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
+    for note in coverage_notes(ds):
+        typer.echo(note, err=True)
     # report["validation"]: figures on the fit's own held-out slice (rows early stopping watched,
     # never trained on)
     params, report = train(ds, settings)
     meta = dict(
         vtrain_version=__version__, data_hash=ds.fingerprint, dataset_dir=str(dataset_dir), sources=ds.sources,
-        command=f"vtrain fit {dataset_dir} -o {output} --steps {steps} --seed {seed}", **report,
+        command=f"vtrain fit {dataset_dir} -o {output} --steps {steps} --seed {seed}"
+                + (" --replace-shipped" if replace_shipped else ""), **report,
     )
     validation = report["validation"]
     path = ckpt.save(output, params, meta)
@@ -81,6 +143,10 @@ def validate(
 
     if folds is not None and folds < 2:
         raise UserError(f"--folds: {folds} must be at least 2 (or omit it for leave-one-shape-out)")
+    if plot is not None:
+        from vtrain.dataset.store import check_output_dir
+
+        check_output_dir(plot.parent, "--plot")  # refuse an unwritable place before cross-validating
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
     console = Console(stderr=as_json)

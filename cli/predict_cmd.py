@@ -28,7 +28,7 @@ def load_allreduce_table(path: Path) -> dict:
 
     import numpy as np
 
-    from vtrain.costmodel.errors import UserError
+    from vtrain.costmodel.errors import UserError, user_file
 
     files = sorted(Path(path).glob("AR_GPU*_LUT")) if Path(path).is_dir() else []
     if not files:
@@ -36,11 +36,21 @@ def load_allreduce_table(path: Path) -> dict:
                         "../shared/data/vtrain/trace/a100")
     groups, times, sizes = [], [], None
     for f in files:
-        group = int(f.name.split("_")[1].removeprefix("GPU"))
-        with open(f, newline="", encoding="utf-8-sig") as fh:
+        try:
+            group = int(f.name.split("_")[1].removeprefix("GPU"))
+        except ValueError:
+            raise UserError(f"--allreduce-table: '{f}' is not named AR_GPU<n>_*_LUT; rename or remove it") from None
+        with user_file(f, "--allreduce-table"), open(f, newline="", encoding="utf-8-sig") as fh:
             rows = [r for r in csv.reader(fh) if r and r[0].strip().isdigit()]
-        s = np.array([float(r[0]) for r in rows])
-        t = np.array([float(r[-2]) * 1e-9 for r in rows])  # in-place time, ns -> s
+        try:
+            s = np.array([float(r[0]) for r in rows])
+            t = np.array([float(r[-2]) * 1e-9 for r in rows])  # in-place time, ns -> s
+        except (ValueError, IndexError):
+            raise UserError(f"--allreduce-table: '{f}' has a row that is not 'bytes,...,time_ns,...' numbers; "
+                            "give vTrain's AR_GPU<n>_*_LUT files unchanged") from None
+        if len(s) < 1 or not np.all(np.isfinite(s)) or not np.all(np.isfinite(t)):
+            raise UserError(f"--allreduce-table: '{f}' has no finite 'bytes,...,time_ns,...' rows; "
+                            "give vTrain's AR_GPU<n>_*_LUT files unchanged")
         if sizes is None:
             sizes = s
         groups.append(group)

@@ -247,7 +247,7 @@ def search(
 ):
     """Find the fastest or cheapest strategy (tp, pp, dp, micro-batch, schedule/vpp, recompute, SP, ZeRO)
     that fits in memory; every valid strategy is evaluated in one batched, jitted call."""
-    from vtrain.costmodel.errors import UserError
+    from vtrain.costmodel.errors import ParameterError, UserError
 
     if as_json and as_csv:
         raise UserError("search: give --json or --csv, not both")
@@ -262,8 +262,11 @@ def search(
 
     engine.enable_compilation_cache()
     run = engine.guided_search if guided else engine.search
-    result = run(cfg, space, predictor, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
-                 tokens=tokens)
+    try:
+        result = run(cfg, space, predictor, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
+                     tokens=tokens)
+    except ParameterError as err:  # the library names its parameters; here they are flags
+        raise UserError(err.flag_message()) from None
     sens = engine.sensitivity(predictor, cfg, result.top[0]) if show_sensitivity and result.top else []
     if plot is not None:
         plot_pareto(result, plot)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from vtrain.costmodel.atomic import atomic_write
+from vtrain.costmodel.correction import parameter_shapes, trainable_count
 from vtrain.costmodel.errors import UserError
 
 FORMAT_VERSION = 1
@@ -65,48 +66,66 @@ def resolve_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def load(name_or_path: str | os.PathLike = DEFAULT_NAME) -> tuple[dict, dict]:
-    """(correction parameters, metadata) from a checkpoint; CheckpointError with the fix on failure."""
+    """(correction parameters, metadata) from a checkpoint; CheckpointError with the fix on failure.
+    Checked: the .npz is an archive of arrays, its .json metadata is beside it with this format and
+    the same parameter count, every expected array is there with its shape (from
+    `correction.parameter_shapes`), none unexpected, all finite."""
     path = resolve_path(name_or_path)
     meta_path = path.with_suffix(".json")
+    retrain = f"retrain with `vtrain fit DATASET_DIR -o {path}` or use --checkpoint none"
     if not path.exists():
         raise CheckpointError(f"checkpoint '{path}' not found; train one with `vtrain fit DATASET_DIR -o {path}` "
                               "or use --checkpoint none for the analytical model")
     try:
         with np.load(path, allow_pickle=False) as data:
             flat = {key: np.asarray(data[key], dtype=np.float64) for key in data.files}
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    except Exception as err:  # corrupt zip, bad JSON, ...
-        raise CheckpointError(f"checkpoint '{path}' is unreadable ({type(err).__name__}: {err}); "
-                              "re-create it with `vtrain fit` or use --checkpoint none") from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint '{path}' has format {meta.get('format_version')!r}, this vtrain reads "
-                              f"format {FORMAT_VERSION}; retrain with `vtrain fit` or use --checkpoint none")
-    params = unflatten(flat)
-    _check_compatible(params, path)
-    return params, meta
+    except Exception:  # not a zip, truncated, pickled objects, non-numeric arrays, ...
+        raise CheckpointError(f"checkpoint '{path}' is not a readable .npz of numeric arrays (damaged, or not "
+                              f"written by `vtrain fit`); {retrain}") from None
+    if not meta_path.is_file():
+        raise CheckpointError(f"checkpoint '{path}' has no metadata file '{meta_path}' beside it; copy the .json "
+                              f"written with it by `vtrain fit`, or {retrain}")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"checkpoint metadata '{meta_path}' is not valid JSON ({err}); copy the .json "
+                              f"written with '{path}' by `vtrain fit`, or {retrain}") from None
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        found = meta.get("format_version") if isinstance(meta, dict) else None
+        raise CheckpointError(f"checkpoint '{path}' has format {found!r} in '{meta_path}', this vtrain reads "
+                              f"format {FORMAT_VERSION}; {retrain}")
+    check_arrays(flat, path)
+    if isinstance(meta.get("parameters"), int) and meta["parameters"] != trainable_count(flat):
+        raise CheckpointError(f"checkpoint '{path}' does not match its metadata '{meta_path}' "
+                              f"({trainable_count(flat)} parameters in the .npz, {meta['parameters']} in the "
+                              f".json): the two files come from different fits; copy them together or {retrain}")
+    return unflatten(flat), meta
 
 
-def _check_compatible(params: dict, path: Path) -> None:
-    """Every network's input width must match the features this version computes."""
-    from vtrain.costmodel.correction import N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
-
-    expected = {"global": (N_RUN_FEATURES, 2), "collectives": (N_COLLECTIVE_FEATURES, 2)}
-    expected.update({f"ops/{cls}": (N_OP_FEATURES, 1) for cls in params.get("ops", {})})
-    expected["in_situ/collectives"] = (N_COLLECTIVE_FEATURES, 2)
-    expected.update({f"in_situ/ops/{cls}": (N_OP_FEATURES, 1) for cls in params.get("in_situ", {}).get("ops", {})})
-    for name, (width, outputs) in expected.items():
-        node = params
-        for part in name.split("/"):
-            node = node.get(part, {}) if isinstance(node, dict) else {}
-        kernel = node.get("Dense_0", {}).get("kernel") if isinstance(node, dict) else None
-        if kernel is None:
-            continue
-        last = node[max((k for k in node if k.startswith("Dense_")), key=lambda k: int(k.split("_")[1]))]["kernel"]
-        if kernel.ndim != 2 or kernel.shape[0] != width or last.ndim != 2 or last.shape[1] != outputs:
-            raise CheckpointError(f"checkpoint '{path}' is incompatible with this vtrain ({name} expects {width} "
-                                  f"inputs and {outputs} outputs, the file has {tuple(kernel.shape)} -> "
-                                  f"{tuple(last.shape)}); retrain "
-                                  "with `vtrain fit` or use --checkpoint none")
+def check_arrays(flat: dict[str, np.ndarray], path: Path) -> None:
+    """The expected arrays (correction.parameter_shapes) are all present with their shapes, no
+    others, and finite; CheckpointError naming the first problem otherwise."""
+    required, optional = parameter_shapes()
+    retrain = "retrain with `vtrain fit` or use --checkpoint none"
+    missing = [name for name in required if name not in flat]
+    if len(missing) == len(required):
+        raise CheckpointError(f"checkpoint '{path}' holds none of the expected correction arrays (e.g. "
+                              f"'{missing[0]}'; it has {len(flat)} others); it is not a vtrain checkpoint: {retrain}")
+    if missing:
+        raise CheckpointError(f"checkpoint '{path}' lacks {len(missing)} of its {len(required)} expected arrays "
+                              f"(e.g. '{missing[0]}'); it is incomplete or from another vtrain version: {retrain}")
+    unexpected = sorted(set(flat) - set(required) - set(optional))
+    if unexpected:
+        raise CheckpointError(f"checkpoint '{path}' has {len(unexpected)} arrays this vtrain does not use (e.g. "
+                              f"'{unexpected[0]}'); it is from another vtrain version: {retrain}")
+    for name, array in flat.items():
+        shape = {**required, **optional}[name]
+        if array.shape != shape:
+            raise CheckpointError(f"checkpoint '{path}' is incompatible with this vtrain: '{name}' has shape "
+                                  f"{array.shape}, expected {shape}; {retrain}")
+        if not np.all(np.isfinite(array)):
+            raise CheckpointError(f"checkpoint '{path}' has non-finite values (NaN or inf) in '{name}'; the fit "
+                                  f"diverged or the file is damaged: {retrain}")
 
 
 def save(path: str | os.PathLike, params: dict, metadata: dict) -> Path:

@@ -9,6 +9,7 @@ import json
 import tomllib
 from pathlib import Path
 
+from vtrain.costmodel.errors import user_file
 from vtrain.costmodel.presets import lookup_model, model_names
 from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, TrainConfig, build_config, suggest_field
 
@@ -52,7 +53,8 @@ HF_MAX_SEQ_LEN = 8192  # long-context checkpoints are trained mostly at <= 8k; o
 def _read_mapping(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError("config", f"file '{path}' not found; give a path to a TOML or JSON config")
-    text = path.read_text(encoding="utf-8-sig")
+    with user_file(path, "config"):
+        text = path.read_text(encoding="utf-8-sig")
     try:
         if path.suffix.lower() == ".toml":
             return tomllib.loads(text)
@@ -101,7 +103,15 @@ def from_hf(data: dict) -> dict:
         raise ConfigError("head_dim", f"{head_dim} differs from hidden_size/num_attention_heads = {hidden}/{heads}; "
                           "vtrain models head_dim = hidden_size/heads only")
     if "seq_len" in out:
-        out["seq_len"] = min(int(out["seq_len"]), HF_MAX_SEQ_LEN)
+        key = next(k for k in HF_KEYS["seq_len"] if data.get(k) is not None)
+        try:
+            seq = float(out["seq_len"])
+            if not seq == int(seq):  # NaN, inf and fractions are refused below by build_config
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(key, f"'{out['seq_len']}' in the Hugging Face config is not an integer; fix it or "
+                                   "give --seq-len") from None
+        out["seq_len"] = min(int(seq), HF_MAX_SEQ_LEN)
     out.update(_hf_moe(data))
     return out
 

@@ -166,6 +166,37 @@ def global_adjustment(correction: dict | None, d: dict, xp):
     return factor, overhead
 
 
+# --- The parameter layout: the one definition init (training/model.py) and checkpoint checks
+# (costmodel/checkpoint.py) both follow. ---
+HIDDEN = 16  # hidden units of every correction MLP
+
+
+def network_shapes() -> dict[str, tuple[int, int]]:
+    """Every network of a correction: '/'-joined path -> (inputs, outputs), in initialisation order."""
+    nets: dict[str, tuple[int, int]] = {}
+    for prefix in ("", "in_situ/"):
+        nets.update({f"{prefix}ops/{cls}": (N_OP_FEATURES, 1) for cls in OP_CLASSES})
+        nets[f"{prefix}collectives"] = (N_COLLECTIVE_FEATURES, 2)
+    nets["global"] = (N_RUN_FEATURES, 2)
+    return nets
+
+
+def parameter_shapes() -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(required, optional) flattened array name -> shape of a correction's parameters. Optional:
+    the global term's training feature range (present once the fit has seen runs)."""
+    required = {}
+    for net, (inputs, outputs) in network_shapes().items():
+        required.update({f"{net}/Dense_0/kernel": (inputs, HIDDEN), f"{net}/Dense_0/bias": (HIDDEN,),
+                         f"{net}/Dense_1/kernel": (HIDDEN, outputs), f"{net}/Dense_1/bias": (outputs,)})
+    optional = {f"feature_range/global/{bound}": (N_RUN_FEATURES,) for bound in ("min", "max")}
+    return required, optional
+
+
+def trainable_count(flat: dict) -> int:
+    """Trainable parameters among flattened arrays (the stored feature range is not counted)."""
+    return int(sum(a.size for name, a in flat.items() if not name.startswith("feature_range/")))
+
+
 def out_of_domain(correction: dict | None, d: dict, xp) -> list[list[tuple]]:
     """Per config in `d`: (input name, value, lowest seen, highest seen) for each input of the global
     term outside the range of the training runs (where it is clamped to that range); [] when the

@@ -1,5 +1,51 @@
-"""User-facing errors: the CLI prints `str(err)` as one line and exits with code 2."""
+"""User-facing errors: the CLI prints `str(err)` as one line and exits with code 2.
+
+`user_file(path, what, action)` is the one place that turns OS and decoding errors on a user's
+file (reading or writing) into such a line, naming the file and the fix.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
 
 
 class UserError(ValueError):
     """Bad input from the user (config, file, flag). The message names the field and the fix."""
+
+
+def file_error(err: BaseException, path=None, what: str = "file", action: str = "read") -> UserError:
+    """A one-line UserError for an OSError / UnicodeDecodeError on `path`."""
+    path = path if path is not None else getattr(err, "filename", None) or "?"
+    if isinstance(err, UnicodeDecodeError):
+        return UserError(f"{what}: '{path}' is not UTF-8 text (byte {err.start}); give a text file "
+                         "(re-save it as UTF-8)")
+    reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
+    if action == "write":
+        fix = "choose a writable folder (the parent must be an existing or creatable directory)"
+    else:
+        fix = "check the path and that the file is readable"
+    return UserError(f"{what}: cannot {action} '{path}' ({reason}); {fix}")
+
+
+@contextmanager
+def user_file(path: str | os.PathLike, what: str = "file", action: str = "read"):
+    """Context manager: OSError / UnicodeDecodeError inside becomes a one-line UserError."""
+    try:
+        yield
+    except UserError:
+        raise
+    except (OSError, UnicodeDecodeError) as err:
+        raise file_error(err, path, what, action) from None
+
+
+class ParameterError(UserError):
+    """A bad value of a library function's parameter: `str(err)` is 'parameter: message'. The CLI
+    names the flag instead (`flag_message`)."""
+
+    def __init__(self, parameter: str, message: str):
+        self.parameter, self.message = parameter, message
+        super().__init__(f"{parameter}: {message}")
+
+    def flag_message(self) -> str:
+        """The message with the parameter spelt as its command-line flag."""
+        return f"--{self.parameter.replace('_', '-')}: {self.message}"

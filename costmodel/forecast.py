@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vtrain.costmodel.encode import SimInput
-from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.errors import UserError, user_file
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
@@ -328,12 +328,25 @@ def _csv_types(path: Path, block_size: int) -> tuple[list[str], dict, int]:
     return names, {n: candidates[level[n]] for n in names}, rows
 
 
+def _check_unique(path: Path, names) -> None:
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise UserError(f"JOBS: column '{name}' appears more than once in '{path}'; keep one of them")
+        seen.add(name)
+
+
 def iter_input(path: Path, chunk_rows: int):
     """(total rows, schema names, iterator of record batches of at most ~chunk_rows rows)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"JOBS: file '{path}' not found; give a .csv or .parquet table of jobs")
     fmt = file_format(path, "JOBS")
+    with user_file(path, "JOBS"):
+        return _iter_input(path, fmt, chunk_rows)
+
+
+def _iter_input(path: Path, fmt: str, chunk_rows: int):
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -341,11 +354,15 @@ def iter_input(path: Path, chunk_rows: int):
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as err:
             raise UserError(f"JOBS: '{path}' is not a readable parquet file ({err})") from None
+        _check_unique(path, pf.schema_arrow.names)
         return pf.metadata.num_rows, pf.schema_arrow.names, pf.iter_batches(batch_size=chunk_rows)
     import pyarrow.csv as pcsv
 
     block = CSV_BLOCK_BYTES
     try:
+        with open(path, "rb") as fh:
+            header = fh.readline()
+        _check_unique(path, pcsv.read_csv(pa.py_buffer(header)).schema.names if header.strip() else [])
         names, types, rows = _csv_types(path, block)
     except pa.ArrowInvalid as err:
         raise UserError(f"JOBS: '{path}' is not a readable CSV file ({err})") from None
@@ -362,12 +379,17 @@ class AtomicWriter:
         folder = self.path.parent
         if not folder.is_dir():
             raise UserError(f"--output: folder '{folder}' does not exist; create it first")
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
+        with user_file(self.path, "--output", "write"):
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
         os.close(fd)
         self.tmp = Path(tmp)
         self.writer = None
 
     def write(self, table: pa.Table) -> None:
+        with user_file(self.path, "--output", "write"):
+            self._write(table)
+
+    def _write(self, table: pa.Table) -> None:
         if self.writer is None:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
@@ -378,10 +400,11 @@ class AtomicWriter:
         self.writer.write_table(table)
 
     def commit(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        os.chmod(self.tmp, 0o666 & ~_umask())
-        os.replace(self.tmp, self.path)
+        with user_file(self.path, "--output", "write"):
+            if self.writer is not None:
+                self.writer.close()
+            os.chmod(self.tmp, 0o666 & ~_umask())
+            os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
         try:
@@ -487,6 +510,7 @@ def forecast_frame(df, checkpoint: str | None = "default", devices=None, price_p
     """Forecast every row of a pandas DataFrame; returns a copy with the result columns added
     (same index, same input columns and dtypes)."""
     table = _frame_to_table(df)
+    _check_unique("the DataFrame", table.schema.names)
     check_columns(table.schema.names, extra_allowed=(TOKENS_COLUMN, PRICE_COLUMN, TEAM_COLUMN))
     predictor = predictor or Predictor.load(checkpoint)
     evaluator = make_evaluator(predictor, devices)

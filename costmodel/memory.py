@@ -93,9 +93,16 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
                                    xp.where(rec == RECOMPUTE_SELECTIVE, per_moe_layer - attention_scores,
                                             per_moe_layer)))
     is_moe = moe.is_moe(d, xp)
-    # Full and selective-op recompute still materialize one layer's activations during its backward;
+    # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
+    # time: full recompute the layer's activations beyond its stored input, selective-op the layer's
+    # activations beyond the outputs it keeps, selective the attention scores. (Counting the whole
+    # layer on top of its stored input made full exceed selective when few micro-batches are in
+    # flight.) So none >= selective >= full always.
     # MoE layers also hold one all-to-all's send and receive buffers at a time.
-    working = xp.where(full | by_op, xp.maximum(per_layer, is_moe * per_moe_layer), 0.0) + \
+    one_layer = xp.maximum(per_layer, is_moe * per_moe_layer)
+    working = xp.where(full, one_layer - stored_full_recompute,
+                       xp.where(by_op, one_layer - selective_op,
+                                xp.where(rec == RECOMPUTE_SELECTIVE, attention_scores, 0.0))) + \
         is_moe * moe.permutation_buffer_bytes(d, xp)
     # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
     # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.

@@ -17,6 +17,7 @@ Adding a field: its default in spec, its rule here, its encoding in encode.sim_i
 """
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 
 import numpy as np
@@ -63,9 +64,12 @@ assert len(Schedule) == len(SCHEDULES)
 
 
 def divisors(n: int) -> list[int]:
-    """Every positive divisor of n, ascending."""
+    """Every positive divisor of n, ascending (O(sqrt n), so huge values stay fast)."""
     n = int(n)
-    return [d for d in range(1, n + 1) if n % d == 0]
+    if n <= 0:
+        return []
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def fmt_choices(values) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from vtrain.costmodel import ops as opgraph
 from vtrain.costmodel import rules
 from vtrain.costmodel.encode import SimInput, config_fields, sim_input, with_layout
-from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.errors import ParameterError, UserError
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches
@@ -232,11 +232,25 @@ def enable_compilation_cache() -> None:
         pass
 
 
+def _table_key(table: dict | None):
+    """A content key for an all-reduce table (it is baked into the compiled function as constants):
+    equal tables share a compiled function; an id() could be reused by a new table after a free."""
+    if table is None:
+        return None
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(table):
+        value = np.ascontiguousarray(np.asarray(table[name], dtype=np.float64))
+        digest.update(name.encode() + str(value.shape).encode() + value.tobytes())
+    return digest.hexdigest()
+
+
 def _compiled(kind: str, n: int, predictor, build, example_args, options=None):
     import jax
 
     corr = predictor.correction
-    key = (kind, n, jax.tree_util.tree_structure(corr), id(predictor.allreduce_table))
+    key = (kind, n, jax.tree_util.tree_structure(corr), _table_key(predictor.allreduce_table))
     fn = _COMPILED.get(key)
     if fn is None:
         lowered = jax.jit(build(predictor.allreduce_table)).lower(corr, *example_args)
@@ -324,7 +338,7 @@ def objective_key(objective: str, time_s, num_gpus, tokens_per_iteration):
         return np.asarray(time_s, dtype=np.float64)
     if objective in ("cost", "tokens-per-dollar"):
         return np.asarray(time_s, dtype=np.float64) * num_gpus / tokens_per_iteration
-    raise UserError(f"--objective: '{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+    raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
 
 
 def default_price(gpu: str) -> float:
@@ -358,7 +372,7 @@ def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
             if len(near) >= 2:
                 break
         if near:
-            hint = f"; try --num-gpus {' or '.join(str(n) for n in sorted(near))}"
+            hint = f"; try num_gpus {' or '.join(str(n) for n in sorted(near))}"
     return f"no valid strategy for {gpus}: {rule}{hint}"
 
 
@@ -366,11 +380,11 @@ def candidates(cfg: TrainConfig, space: SearchSpace):
     """(strategies, encoded float64 dict, memory bytes, fits mask) for every valid strategy.
     Raises UserError with a one-line reason when none is valid or none fits."""
     if space.num_gpus is not None and space.num_gpus <= 0:
-        raise UserError(f"--num-gpus: {space.num_gpus} must be a positive integer")
+        raise ParameterError("num_gpus", f"{space.num_gpus} must be a positive integer")
     if space.max_gpus is not None and space.max_gpus <= 0:
-        raise UserError(f"--max-gpus: {space.max_gpus} must be a positive integer")
+        raise ParameterError("max_gpus", f"{space.max_gpus} must be a positive integer")
     if (space.num_gpus is None) == (space.max_gpus is None):
-        raise UserError("search: give exactly one of --num-gpus N or --max-gpus N")
+        raise UserError("search: give exactly one of num_gpus or max_gpus")
     if cfg.model.num_experts:
         raise UserError("search: mixture-of-experts models are not searched yet (ep is not enumerated); "
                         "predict each layout with `vtrain predict --ep N` instead")
@@ -387,7 +401,7 @@ def candidates(cfg: TrainConfig, space: SearchSpace):
         raise UserError(
             f"no strategy fits in {cap:.0f} GiB per GPU: the smallest needs {mem[i] / GiB:.1f} GiB "
             f"({_describe(cfg, strategies, i)}, {strategies['num_gpus'][i]} GPUs); allow more GPUs, a larger "
-            f"--max-tp/--max-pp, a smaller --global-batch or --seq-len, or a GPU with more memory")
+            f"max_tp/max_pp, a smaller global_batch or seq_len, or a GPU with more memory")
     return strategies, d, mem, fits
 
 
@@ -486,14 +500,14 @@ def search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "ti
            price_per_gpu_hour: float | None = None, tokens: float | None = None) -> SearchResult:
     """Full enumeration: every valid strategy that fits, evaluated in one batched jitted call."""
     if objective not in OBJECTIVES:
-        raise UserError(f"--objective: '{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+        raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
     if top <= 0:
-        raise UserError(f"--top: {top} must be a positive integer")
+        raise ParameterError("top", f"{top} must be a positive integer")
     price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
     if price < 0:
-        raise UserError(f"--price-per-gpu-hour: {price} must be >= 0")
+        raise ParameterError("price_per_gpu_hour", f"{price} must be >= 0")
     if tokens is not None and tokens <= 0:
-        raise UserError(f"--tokens: {tokens} must be positive, e.g. 300e9")
+        raise ParameterError("tokens", f"{tokens} must be positive, e.g. 300e9")
     t0 = time.perf_counter()
     strategies, d, mem, fits = candidates(cfg, space)
     t1 = time.perf_counter()
@@ -598,7 +612,7 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     cost] + a memory-overflow penalty) from a 3x3 grid of starts, then evaluate exactly only the valid,
     fitting strategies within `radius` (in log2 units) of where the descents ended."""
     if objective not in OBJECTIVES:
-        raise UserError(f"--objective: '{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+        raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
     price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
     t0 = time.perf_counter()
     strategies, d, mem, fits = candidates(cfg, space)

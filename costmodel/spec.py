@@ -177,6 +177,9 @@ def suggest_field(name: str) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+MAX_INT = 2 ** 40  # integer fields must stay below this (far above any real config; keeps int64 and divisors exact)
+
+
 def _coerce(name: str, value):
     """Convert a raw value (str from CSV/flags, number from JSON) to the field's type."""
     if name in _BOOL_FIELDS:
@@ -197,6 +200,8 @@ def _coerce(name: str, value):
             raise ConfigError(name, f"'{value}' is not a finite number; give a whole number")
         if as_float != int(as_float):
             raise ConfigError(name, f"{value} is not a whole number; give an integer")
+        if abs(as_float) >= MAX_INT:
+            raise ConfigError(name, f"{value} is too large; give a whole number below 2**40 (1.1e12)")
         return int(as_float)
     if name in _FLOAT_FIELDS:
         try:

@@ -21,7 +21,7 @@ from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.presets import lookup_model, model_names
 from vtrain.costmodel.rules import ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, UNKNOWN, UNSET
 from vtrain.costmodel.spec import (
-    _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS, ALL_FIELDS, CHOICE_DEFAULTS, FIELD_DEFAULTS, MODEL_FIELDS,
+    _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS, ALL_FIELDS, CHOICE_DEFAULTS, FIELD_DEFAULTS, MAX_INT, MODEL_FIELDS,
     REQUIRED_MODEL_FIELDS, ConfigError, _coerce, build_config, suggest_field,
 )
 
@@ -120,16 +120,21 @@ def coerce_column(name: str, values) -> tuple[np.ndarray, np.ndarray, np.ndarray
                 text = str(arr[int(i)].as_py())
                 errors[i] = f"{name}: '{text}' is not a boolean; use true or false"
             return np.where(bad, False, raw == 1.0), present, errors
-        # integer field
+        # integer field (a value beyond MAX_INT is that row's error, as in spec._coerce)
         if pa.types.is_integer(t):
-            return ints, present, errors
+            huge = present & (np.abs(raw) >= MAX_INT)
+            for i in np.flatnonzero(huge):
+                errors[i] = f"{name}: {arr[int(i)].as_py()} is too large; give a whole number below 2**40 (1.1e12)"
+            return np.where(huge, 0, ints), present, errors
         finite = np.isfinite(raw)
-        bad = present & (~finite | (raw != np.trunc(np.where(finite, raw, 0.0))))
+        whole = np.where(finite, raw, 0.0)
+        bad = present & (~finite | (raw != np.trunc(whole)) | (np.abs(whole) >= MAX_INT))
         for i in np.flatnonzero(bad):
             v = arr[int(i)].as_py()
-            errors[i] = (f"{name}: {v} is not a whole number; give an integer" if np.isfinite(v)
-                         else f"{name}: '{v}' is not an integer; give a whole number")
-        return np.where(bad, 0, raw).astype(np.int64), present, errors
+            errors[i] = (f"{name}: '{v}' is not an integer; give a whole number" if not np.isfinite(v)
+                         else f"{name}: {v} is not a whole number; give an integer" if v != int(v)
+                         else f"{name}: {v} is too large; give a whole number below 2**40 (1.1e12)")
+        return np.where(bad, 0.0, raw).astype(np.int64), present, errors
 
     def one(value):
         try:

@@ -7,6 +7,7 @@ The first measurement of a (configuration, hardware) wins.
 """
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vtrain.costmodel.atomic import atomic_write
-from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.errors import UserError, user_file
 from vtrain.dataset.schema import SCHEMAS, TABLES, columns, key_columns
 
 
@@ -44,6 +45,18 @@ def empty(table: str) -> pd.DataFrame:
     return SCHEMAS[table].empty_table().to_pandas()
 
 
+def check_output_dir(dataset_dir: str | Path, flag: str = "--output") -> None:
+    """Refuse (UserError) a dataset folder that cannot be created or written, before any work."""
+    path = Path(dataset_dir)
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UserError(f"{flag}: cannot write '{path}' ('{probe}' is a file, not a folder); choose another folder")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}: cannot write '{path}' (no write permission on '{probe}'); choose a writable folder")
+
+
 def part_files(dataset_dir: str | Path, table: str) -> list[Path]:
     return sorted((Path(dataset_dir) / table).glob("part-*.parquet"))
 
@@ -51,10 +64,17 @@ def part_files(dataset_dir: str | Path, table: str) -> list[Path]:
 def load(dataset_dir: str | Path, table: str) -> pd.DataFrame:
     """All rows of `table` in the store (an empty frame with the schema's columns if none)."""
     _check_table(table)
-    parts = part_files(dataset_dir, table)
-    if not parts:
-        return empty(table)
-    tables = [pq.read_table(p, schema=SCHEMAS[table]) for p in parts]
+    with user_file(dataset_dir, "dataset"):
+        parts = part_files(dataset_dir, table)
+        if not parts:
+            return empty(table)
+        tables = []
+        for p in parts:
+            try:
+                tables.append(pq.read_table(p, schema=SCHEMAS[table]))
+            except pa.ArrowException as err:
+                raise UserError(f"dataset: '{p}' is not a readable {table} parquet part ({err}); remove it or "
+                                "re-import") from None
     return pa.concat_tables(tables).to_pandas()
 
 
@@ -78,7 +98,8 @@ def write_part(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> int:
     if len(df) == 0:
         return 0
     folder = Path(dataset_dir) / table
-    folder.mkdir(parents=True, exist_ok=True)
+    with user_file(folder, "--output", "write"):
+        folder.mkdir(parents=True, exist_ok=True)
     arrow = to_arrow(df, table)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     atomic_write(folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet", lambda tmp: pq.write_table(arrow, tmp))

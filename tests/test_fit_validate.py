@@ -1,6 +1,7 @@
 """The learned correction: starts equal to the analytical model, learns a systematic error from
 held-out-safe data, round-trips through checkpoints, and the profile -> fit -> predict path."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,8 @@ from vtrain.dataset import store
 from vtrain.training.evaluate import cross_validate, cross_validate_runs, error_stats, summarize, summarize_measurements
 from vtrain.training.fit import FitSettings
 from vtrain.training.model import init_correction, to_numpy
+
+REPO = Path(__file__).resolve().parent.parent
 
 SLOWDOWN = 1.35  # the synthetic "measured" runs are 35% slower than the analytical model
 
@@ -237,3 +240,81 @@ def test_a_frozen_networks_table_is_left_out_of_the_loss_but_its_in_situ_penalty
     assert "kernels" in full and "kernels" not in skipped
     assert float(skipped["kernels_in_situ"]) == pytest.approx(float(full["kernels_in_situ"]))
     assert float(skipped["runs"]) == pytest.approx(float(full["runs"]))
+
+
+def _file_digest(path):
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fit_without_output_writes_in_the_working_dir_and_says_what_it_cannot_learn(cli, tmp_path):
+    """Issue 19: `vtrain fit DIR` in the repository root overwrote the shipped checkpoint, even from
+    a dataset without runs."""
+    shipped = REPO / "checkpoints" / "default.npz"
+    before = _file_digest(shipped)
+    store.append(tmp_path / "ds", "kernels", synthetic_gemms())
+    work = tmp_path / "work"
+    work.mkdir()
+    result = cli("fit", tmp_path / "ds", "--steps", "20", "--quiet", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert (work / "vtrain-checkpoint.npz").exists() and (work / "vtrain-checkpoint.json").exists()
+    assert "no runs" in result.stderr and "stays analytical" in result.stderr and "gemm" in result.stderr
+    assert "no collectives" in result.stderr
+    # Into the package's checkpoints folder only on purpose; the shipped file is untouched.
+    result = cli("fit", tmp_path / "ds", "-o", "checkpoints/default.npz", "--steps", "20", "--quiet", cwd=REPO)
+    assert result.returncode == 2 and "--replace-shipped" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert _file_digest(shipped) == before
+
+
+def _saved_checkpoint(tmp_path, name="c", change=None):
+    """A checkpoint written by ckpt.save with `change(flat)` applied to its arrays first."""
+    flat = ckpt.flatten(to_numpy(init_correction(0)))
+    if change:
+        change(flat)
+    return ckpt.save(tmp_path / f"{name}.npz", ckpt.unflatten(flat), dict(note="test"))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("random bytes", "not a readable .npz"),
+    ("no json", "no metadata file"),
+    ("nan weights", "non-finite values"),
+    ("no expected arrays", "none of the expected"),
+    ("one missing", "lacks 1 of its"),
+    ("extra array", "does not use"),
+    ("wrong shape", "has shape"),
+    ("metadata of another fit", "does not match its metadata"),
+])
+def test_corrupt_checkpoints_are_refused_in_one_line_naming_the_file(cli, tmp_path, case, message):
+    """Issue 19: NaN weights printed 'nan ms' with exit 0; an .npz with none of the expected arrays gave
+    the analytical answer under the file's name; no .json or random bytes gave misleading advice."""
+    def set_nan(flat):
+        flat["ops/gemm/Dense_1/kernel"] = flat["ops/gemm/Dense_1/kernel"] + np.nan
+
+    changes = {
+        "nan weights": set_nan,
+        "no expected arrays": lambda flat: [flat.pop(k) for k in list(flat)] and flat.update(weights=np.ones(3)),
+        "one missing": lambda flat: flat.pop("global/Dense_1/bias"),
+        "extra array": lambda flat: flat.update({"ops/moe/Dense_0/kernel": np.ones((9, 16))}),
+        "wrong shape": lambda flat: flat.update({"global/Dense_0/kernel": np.ones((12, 16))}),
+    }
+    path = _saved_checkpoint(tmp_path, change=changes.get(case))
+    if case == "random bytes":
+        path.write_bytes(np.random.default_rng(0).bytes(4096))
+    if case == "no json":
+        path.with_suffix(".json").unlink()
+    if case == "metadata of another fit":
+        meta = json.loads(path.with_suffix(".json").read_text())
+        path.with_suffix(".json").write_text(json.dumps(dict(meta, parameters=1234)))
+    with pytest.raises(ckpt.CheckpointError, match=message):
+        ckpt.load(path)
+    result = cli("predict", "--model", "gpt3-1.3b", "--checkpoint", path)
+    assert result.returncode == 2 and result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and str(path) in result.stderr and message in result.stderr
+    assert "allow_pickle" not in result.stderr and "None" not in result.stderr
+
+
+def test_the_shipped_checkpoint_passes_every_check():
+    params, meta = ckpt.load("default")
+    assert meta["parameters"] == ckpt.trainable_count(ckpt.flatten(params))

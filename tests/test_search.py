@@ -133,7 +133,7 @@ def test_impossible_gpu_count_and_nothing_fits_explain_in_one_line(predictor):
     with pytest.raises(UserError, match="no valid strategy for 7 GPUs") as err:
         search(small_cfg(), SearchSpace(num_gpus=7), predictor)
     assert "\n" not in str(err.value)
-    suggested = [int(n) for n in str(err.value).split("try --num-gpus ")[1].split(" or ")]
+    suggested = [int(n) for n in str(err.value).split("try num_gpus ")[1].split(" or ")]
     for n in suggested:  # the suggested counts really have valid strategies
         assert len(enumerate_strategies(small_cfg(), SearchSpace(num_gpus=n))["tp"]) > 0
     big = build_config(dict(lookup_model("gpt3-175b"), gpu="v100", global_batch=8))
@@ -162,3 +162,26 @@ def test_sensitivity_matches_finite_differences(predictor):
         assert table[knob]["time_elasticity"] == pytest.approx(fd, abs=0.02, rel=0.05), knob
         assert table[knob]["cost_elasticity"] == pytest.approx(
             table[knob]["time_elasticity"] + (knob != "micro_batch"), abs=1e-9)
+
+
+def test_compile_cache_is_keyed_on_the_table_content_not_its_id():
+    from vtrain.costmodel.search import _table_key
+
+    table = dict(sizes=np.array([1e3, 1e6]), times=np.array([[1e-5, 1e-3]]), groups=[8])
+    same = {k: (v.copy() if isinstance(v, np.ndarray) else list(v)) for k, v in table.items()}
+    other = dict(table, times=np.array([[2e-5, 2e-3]]))
+    assert _table_key(table) == _table_key(same) != _table_key(other)
+    assert _table_key(None) is None
+
+
+def test_library_errors_name_parameters_and_the_cli_names_flags():
+    from vtrain.costmodel.errors import ParameterError
+
+    cfg = small_cfg()
+    with pytest.raises(ParameterError) as err:
+        search(cfg, SearchSpace(num_gpus=16), Predictor.load("none"), objective="speed")
+    assert str(err.value).startswith("objective: 'speed' is unknown") and "--" not in str(err.value)
+    assert err.value.flag_message().startswith("--objective: 'speed' is unknown")
+    with pytest.raises(ParameterError, match="^price_per_gpu_hour: -1.0 must be >= 0") as err:
+        search(cfg, SearchSpace(num_gpus=16), Predictor.load("none"), price_per_gpu_hour=-1)
+    assert err.value.flag_message().startswith("--price-per-gpu-hour: ")

@@ -15,10 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vtrain.costmodel.correction import (N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES, OP_CLASSES,
-                                         OVERHEAD_INIT_BIAS)
-
-HIDDEN = 16
+from vtrain.costmodel.correction import HIDDEN, OVERHEAD_INIT_BIAS, network_shapes
 
 
 class CorrectionMLP(nn.Module):
@@ -37,21 +34,19 @@ class CorrectionMLP(nn.Module):
 
 
 def init_correction(seed: int = 0) -> dict:
-    """Fresh correction parameters (equal to the analytical model until trained)."""
-    key = jax.random.PRNGKey(seed)
-    keys = jax.random.split(key, 2 * len(OP_CLASSES) + 3)
-
-    def op_and_collective_nets(keys):
-        ops = {cls: CorrectionMLP(1).init(keys[i], jnp.zeros((1, N_OP_FEATURES)))["params"]
-               for i, cls in enumerate(OP_CLASSES)}
-        return ops, CorrectionMLP(2).init(keys[len(OP_CLASSES)], jnp.zeros((1, N_COLLECTIVE_FEATURES)))["params"]
-
-    ops, collectives = op_and_collective_nets(keys[:len(OP_CLASSES) + 1])
-    in_situ_ops, in_situ_collectives = op_and_collective_nets(keys[len(OP_CLASSES) + 1:-1])
-    global_ = CorrectionMLP(2, output_bias=(0.0, OVERHEAD_INIT_BIAS)).init(
-        keys[-1], jnp.zeros((1, N_RUN_FEATURES)))["params"]
-    params = {"ops": ops, "collectives": collectives, "global": global_,
-              "in_situ": {"ops": in_situ_ops, "collectives": in_situ_collectives}}
+    """Fresh correction parameters (equal to the analytical model until trained), one network per
+    entry of `correction.network_shapes()`."""
+    nets = network_shapes()
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(nets))
+    params: dict = {}
+    for key, (path, (inputs, outputs)) in zip(keys, nets.items()):
+        bias = (0.0, OVERHEAD_INIT_BIAS) if path == "global" else ()
+        net = CorrectionMLP(outputs, output_bias=bias).init(key, jnp.zeros((1, inputs)))["params"]
+        node = params
+        *parents, leaf = path.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = net
     return jax.tree_util.tree_map(jnp.asarray, params)
 
 

@@ -1,0 +1,88 @@
+"""Every command against garbage files: exit 2, one line on stderr, no traceback, nothing written.
+
+Unwritable outputs: the tests run as root, where a chmod'ed read-only folder is still writable, so
+an unwritable place is made by putting the output under a regular file (`blocker/out.csv`)."""
+import csv
+import json
+
+import pytest
+
+
+def _one_line_error(result):
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def garbage(tmp_path):
+    (tmp_path / "bin.toml").write_bytes(bytes(range(256)))
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage\x80\x81")
+    (tmp_path / "empty.toml").write_bytes(b"")
+    (tmp_path / "dup.csv").write_text("model,num_gpus,num_gpus,tp\ngpt3-1.3b,8,8,2\n")
+    (tmp_path / "bin.csv").write_bytes(b"\x00\xff\x80" * 50)
+    (tmp_path / "trunc.parquet").write_bytes(b"PAR1\x00\x01\x02")
+    (tmp_path / "lut").mkdir()
+    (tmp_path / "lut" / "AR_GPU2_1M_1024M_LUT").write_bytes(b"\xff\xfe\x80\x81\x00")
+    json.dump({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+               "max_position_embeddings": "long"}, open(tmp_path / "hf.json", "w"))
+    (tmp_path / "blocker").write_text("a regular file, so nothing can be created under it")
+    with open(tmp_path / "jobs.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "num_gpus", "tp", "global_batch"])
+        w.writerow(["gpt3-1.3b", 8, 2, 64])
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, names", [
+    (("predict", "{d}/bin.toml", "-c", "none"), "bin.toml"),
+    (("predict", "{d}/bin.json", "-c", "none"), "bin.json"),
+    (("predict", "{d}/empty.toml", "-c", "none"), "num_layers"),
+    (("predict", "{d}/hf.json", "--num-gpus", "8", "-c", "none"), "max_position_embeddings"),
+    (("predict", "--model", "gpt3-1.3b", "--num-gpus", "8", "-c", "none", "--allreduce-table", "{d}/lut"),
+     "AR_GPU2"),
+    (("forecast", "{d}/dup.csv", "-o", "{d}/out.csv", "-c", "none"), "num_gpus"),
+    (("forecast", "{d}/bin.csv", "-o", "{d}/out.csv", "-c", "none"), "bin.csv"),
+    (("forecast", "{d}/trunc.parquet", "-o", "{d}/out.csv", "-c", "none"), "trunc.parquet"),
+    (("forecast", "{d}/jobs.csv", "-o", "{d}/blocker/out.csv", "-c", "none"), "blocker"),
+    (("predict", "-c", "{d}/trunc.parquet", "--model", "gpt3-1.3b", "--num-gpus", "8"), "trunc.parquet"),
+    (("search", "--model", "gpt3-1.3b", "--max-gpus", "8", "--global-batch", "64", "-c", "none", "--csv",
+      "--no-sensitivity", "-o", "{d}/blocker/s.csv"), "s.csv"),
+    (("dataset", "import", "{d}/jobs.csv", "-o", "{d}/blocker/ds"), "blocker"),
+    (("profile", "-o", "{d}/blocker/ds"), "blocker"),
+    (("fit", "{d}", "-o", "{d}/blocker/x.npz"), "blocker"),
+    (("validate", "{d}", "--plot", "{d}/blocker/p.png"), "blocker"),
+])
+def test_garbage_gets_one_line(cli, garbage, args, names):
+    before = sorted(p.name for p in garbage.rglob("*"))
+    line = _one_line_error(cli(*[a.format(d=garbage) for a in args]))
+    assert names in line
+    assert sorted(p.name for p in garbage.rglob("*")) == before  # nothing written, no temp file left
+
+
+def test_huge_value_is_that_rows_error_and_others_are_predicted(tmp_path):
+    """1e30 layers in one row of 18 (mixed with text so the column is not numeric): that row's error,
+    every other good row predicted exactly as alone, and no numpy RuntimeWarning."""
+    import warnings
+
+    import pandas as pd
+
+    from vtrain.costmodel.forecast import forecast_frame
+
+    rows = [dict(model="gpt3-1.3b", num_layers=24, num_gpus=8, tp=2, global_batch=64) for _ in range(18)]
+    rows[3]["num_layers"] = 1e30
+    rows[7]["num_layers"] = "twelve"
+    rows[9]["num_layers"] = -5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = forecast_frame(pd.DataFrame(rows), checkpoint="none")
+        numeric = forecast_frame(pd.DataFrame([rows[0], rows[3]]), checkpoint="none")
+        alone = forecast_frame(pd.DataFrame(rows[:1]), checkpoint="none")
+    assert "1e+30" in out.loc[3, "error"] and "too large" in out.loc[3, "error"]
+    assert "too large" in numeric.loc[1, "error"]
+    assert out.loc[7, "error"].startswith("num_layers") and out.loc[9, "error"].startswith("num_layers")
+    good = [i for i in range(18) if i not in (3, 7, 9)]
+    assert out.loc[good, "error"].isna().all()
+    assert (out.loc[good, "iteration_time_s"] == alone.loc[0, "iteration_time_s"]).all()
