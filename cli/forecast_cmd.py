@@ -38,7 +38,7 @@ def forecast(
 ) -> None:
     """Forecast every job in a table: time per iteration, tokens/s, MFU, memory, fit, and (with
     tokens) days, GPU-hours and cost. Invalid rows keep their place with an 'error'."""
-    from vtrain.costmodel.forecast import forecast_file
+    from vtrain.tables.forecast import forecast_file
 
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot: '{plot}' must end in {', '.join(PLOT_FORMATS)}")

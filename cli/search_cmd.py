@@ -55,7 +55,7 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
     from vtrain.costmodel.config_files import load_config_file, preset_fields
     from vtrain.costmodel.errors import UserError
-    from vtrain.costmodel.search import SearchSpace
+    from vtrain.strategy.search import SearchSpace
     from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
 
     if config is None and model is None and fields.get("num_layers") is None:
@@ -276,7 +276,7 @@ def search(
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)
-    from vtrain.costmodel import search as engine
+    from vtrain.strategy import search as engine
 
     engine.enable_compilation_cache()
     run = engine.guided_search if guided else engine.search
@@ -341,8 +341,8 @@ def plan(
     positive_flag("--days", days, "30")
     positive_flag("--tokens-per-param", tokens_per_param, "20")
     price_flag("--price-per-gpu-hour", price_per_gpu_hour)
-    from vtrain.costmodel import search as engine
-    from vtrain.costmodel.planning import plan as make_plan
+    from vtrain.strategy import search as engine
+    from vtrain.strategy.planning import plan as make_plan
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)

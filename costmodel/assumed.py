@@ -21,28 +21,19 @@ def _reason(name: str, cfg: TrainConfig) -> str:
         "recompute": "default: no recomputation; --recompute",
         "zero_stage": "default: no ZeRO; --zero-stage",
         "sequence_parallel": "default; --sequence-parallel",
+        "attention": "default: fused FlashAttention; --attention",
     }[name]
 
 
-ASSUMED_FIELDS = ("gpu", "precision", "seq_len", "vocab_size", "micro_batch", "global_batch", "recompute",
-                  "zero_stage", "sequence_parallel")
-
-
-def attention(cfg: TrainConfig) -> tuple[str, str]:
-    """(value, reason): the attention the cost model uses for this config's arch (costmodel/ops.py)."""
-    if cfg.model.arch == "llama":
-        return "flash", "causal FlashAttention, follows arch=llama"
-    return "unfused", "Megatron softmax attention, follows arch=gpt"
+ASSUMED_FIELDS = ("gpu", "precision", "seq_len", "vocab_size", "attention", "micro_batch", "global_batch",
+                  "recompute", "zero_stage", "sequence_parallel")
 
 
 def assumed_defaults(given: set, cfg: TrainConfig) -> list[dict]:
-    """Defaults (not in `given`, the canonical fields a file, preset or flag set) that change the
-    answer, plus the attention implementation, which follows the arch (there is no flag for it)."""
+    """Defaults (not in `given`, the canonical fields a file, preset or flag set) that change the answer."""
     flat = cfg.flat()
     out = [dict(field=name, value=flat[name], reason=_reason(name, cfg)) for name in ASSUMED_FIELDS
            if name not in given]
-    value, reason = attention(cfg)
-    out.append(dict(field="attention", value=value, reason=reason))
     return out
 
 

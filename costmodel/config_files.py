@@ -116,7 +116,8 @@ def read_vtrain(data: dict) -> ConfigSource:
 
     gpu_name picks the GPU preset (A100 -> a100-80gb, V100 -> v100), use_checkpoint the
     recomputation (true -> full, false -> none). Without them vTrain's validation setup is assumed
-    (A100, activation checkpointing); vTrain models fp16 mixed precision."""
+    (A100, activation checkpointing); vTrain models fp16 mixed precision and Megatron's unfused
+    attention."""
     for key in data:
         if key not in VTRAIN_ALL_KEYS:
             close = difflib.get_close_matches(key, VTRAIN_ALL_KEYS, n=1)
@@ -153,6 +154,8 @@ def read_vtrain(data: dict) -> ConfigSource:
                                                       "activations"))
     out["precision"] = "fp16"
     assumed.append(_assumed("precision", "fp16", "vTrain models fp16 mixed precision"))
+    out["attention"] = "unfused"
+    assumed.append(_assumed("attention", "unfused", "Megatron's unfused attention, as vTrain's runs; --attention"))
     if "trace_path" in data:
         assumed.append(_assumed("trace_path", data["trace_path"], "not read: vtrain costs kernels with its own "
                                 "model (--allreduce-table DIR uses vTrain's all-reduce LUTs)"))

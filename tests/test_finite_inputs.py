@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from vtrain.cli.app import main
-from vtrain.costmodel import forecast as fc
+from vtrain.tables import forecast as fc
 
 PREDICT = ["predict", "--model", "gpt3-1.3b", "--num-gpus", "8", "--global-batch", "64", "-c", "none"]
 

@@ -14,7 +14,7 @@ import pytest
 
 import vtrain
 from vtrain.cli.app import main
-from vtrain.costmodel import forecast as fc
+from vtrain.tables import forecast as fc
 from vtrain.costmodel.config_files import preset_fields
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, build_config
@@ -260,7 +260,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, pandas as pd
     import jax
-    from vtrain.costmodel import forecast as fc
+    from vtrain.tables import forecast as fc
     from vtrain.costmodel.predictor import Predictor
     jobs = pd.read_parquet(sys.argv[1])
     p = Predictor.load("none")

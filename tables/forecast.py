@@ -34,7 +34,7 @@ from vtrain.costmodel.errors import UserError, user_file
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
-from vtrain.costmodel.table_config import PRESET_COLUMN, check_columns, encode_table
+from vtrain.tables.columns import PRESET_COLUMN, check_columns, encode_table
 
 RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory")
 COST_COLUMNS = ("train_days", "gpu_hours", "cost")
