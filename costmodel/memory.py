@@ -12,8 +12,9 @@ from __future__ import annotations
 from vtrain.costmodel import moe
 from vtrain.costmodel.ops import ACT_BYTES, layer_parameters
 from vtrain.costmodel.rules import Recompute
+from vtrain.costmodel.units import GiB
 
-FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
+FRAMEWORK_BYTES = 1.5 * GiB  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
 
 def activation_bytes_per_layer(d: dict, xp):

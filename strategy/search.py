@@ -27,31 +27,17 @@ import numpy as np
 
 from vtrain.costmodel import ops as opgraph
 from vtrain.costmodel import rules
+from vtrain.costmodel.cost import default_price, training_cost
 from vtrain.costmodel.encode import SimInput, config_fields, sim_input, with_layout
 from vtrain.costmodel.errors import ParameterError, UserError
-from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS
 from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors
 from vtrain.costmodel.spec import TrainConfig
+from vtrain.costmodel.units import GiB
 
-GiB = 1024.0**3
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")
-
-# Approximate on-demand cloud prices in US$ per GPU-hour (rough placeholders from public list prices
-# of 8-GPU instances in 2024-2025, divided by 8; real prices vary widely by provider, region and
-# commitment). Override with --price-per-gpu-hour.
-PRICE_PER_GPU_HOUR = {
-    "v100": 3.06,
-    "a100-40gb": 4.10,
-    "a100-80gb": 5.12,
-    "h100-sxm": 6.88,
-    "h200": 7.90,
-    "b200": 10.00,
-    "mi300x": 6.00,
-    "cpu": 0.05,
-}
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
@@ -339,11 +325,6 @@ def objective_key(objective: str, time_s, num_gpus, tokens_per_iteration):
     raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
 
 
-def default_price(gpu: str) -> float:
-    spec = lookup_gpu(gpu)
-    return PRICE_PER_GPU_HOUR.get(spec.name if spec else gpu, 0.0)
-
-
 def _describe(cfg: TrainConfig, s: dict, i: int) -> str:
     sched = SCHEDULES[int(s["schedule"][i])]
     return (f"tp={s['tp'][i]} pp={s['pp'][i]} dp={s['dp'][i]} micro_batch={s['micro_batch'][i]}"
@@ -431,9 +412,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
         lim = max(non_compute, key=non_compute.get)
         mem = float(out["memory"]["total"][j])
         cap = float(d.hbm_bytes[j])
-        train_tokens = tokens if tokens else 1e9
-        gpu_hours = t * (train_tokens / tokens_per_iter) * ngpu / 3600.0
-        cost = gpu_hours * price
+        c = training_cost(t, ngpu, tokens_per_iter, tokens if tokens else 1e9, price)
         values = strategy_values(cfg, sub, j)
         rows.append(dict(
             tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), num_gpus=ngpu,
@@ -442,9 +421,8 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
             iteration_time_s=t, tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
             memory_gib=mem / GiB, gpu_memory_gib=cap / GiB, memory_headroom_pct=100.0 * (1.0 - mem / cap),
-            fits_memory=bool(out["fits_memory"][j]), gpu_hours=gpu_hours, cost=cost,
-            train_days=t * (train_tokens / tokens_per_iter) / 86400.0,
-            tokens_per_dollar=(train_tokens / cost) if cost > 0 else float("inf"),
+            fits_memory=bool(out["fits_memory"][j]), gpu_hours=c.gpu_hours, cost=c.cost, train_days=c.train_days,
+            tokens_per_dollar=(c.tokens / c.cost) if c.cost > 0 else float("inf"),
             limiter=LIMIT_LABELS[lim], limiter_share_pct=100.0 * bd[lim] / t, breakdown=bd,
             config=values,
         ))
@@ -480,9 +458,8 @@ def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, time
     for rank, r in enumerate(shown, 1):
         r["rank"] = rank
     ngpu = strategies["num_gpus"][evaluated_idx].astype(np.float64)
-    train_tokens = tokens if tokens else 1e9
-    cost = times * (train_tokens / tokens_per_iter) * ngpu / 3600.0 * price
-    gpu_hours = times * (train_tokens / tokens_per_iter) * ngpu / 3600.0
+    c = training_cost(times, ngpu, tokens_per_iter, tokens if tokens else 1e9, price)
+    cost, gpu_hours = c.cost, c.gpu_hours
     front = pareto_front(times, gpu_hours)
     pareto = [dict(iteration_time_s=float(times[i]), cost=float(cost[i]), gpu_hours=float(gpu_hours[i]),
                    num_gpus=int(ngpu[i]), strategy=_describe(cfg, strategies, int(evaluated_idx[i]))) for i in front]
