@@ -137,6 +137,13 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
             sched_rows.append((code, 1))
     sched = np.array(sched_rows, dtype=np.int64).reshape(-1, 2)
     t = _cross(t, dict(schedule=sched[:, 0], vpp=sched[:, 1]))
+    if cfg.model.num_experts == 0:
+        # Prune the layout x schedule grid before crossing it with the choices below. With no
+        # recomputation, SP or ZeRO a dense model's row can only break layout rules, which no
+        # recompute / SP / ZeRO choice repairs (ZeRO-3 and SP only add rules; MoE's SP rule is why
+        # MoE models skip this).
+        none = np.zeros_like(t["tp"])
+        t = _mask(t, _valid(cfg, _with_counts(cfg, dict(t, recompute=none, sequence_parallel=none, zero_stage=none))))
     # recompute x sequence parallel x ZeRO
     cats = [(RECOMPUTE_MODES.index(r), int(s), z) for r in space.recompute for s in space.sequence_parallel
             for z in space.zero_stages]
@@ -148,10 +155,21 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     keep = ~(sp & (t["tp"] == 1))
     keep &= ~((t["zero_stage"] > 0) & (t["dp"] == 1) & (t["zero_stage"] != space.zero_stages[0]))
     t = _mask(t, keep)
-    t["num_gpus"] = t["tp"] * t["pp"] * t["dp"]
-    t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
+    t = _with_counts(cfg, t)
+    ok = _valid(cfg, t)
+    return {k: t[k][ok].astype(np.int64) for k in STRATEGY_FIELDS}
+
+
+def _with_counts(cfg: TrainConfig, t: dict) -> dict:
+    """Grid rows `t` plus their num_gpus and num_micro_batches columns."""
+    return dict(t, num_gpus=t["tp"] * t["pp"] * t["dp"],
+                num_micro_batches=cfg.parallel.global_batch // (t["dp"] * t["micro_batch"]))
+
+
+def _valid(cfg: TrainConfig, t: dict) -> np.ndarray:
+    """rules.check's mask over grid rows `t` (with counts) on top of cfg's model and cluster."""
     _, errors = rules.check(_grid_fields(cfg, t, broadcast=False), messages=False)
-    return {k: t[k][errors.ok].astype(np.int64) for k in STRATEGY_FIELDS}
+    return errors.ok
 
 
 def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> dict[str, np.ndarray]:
