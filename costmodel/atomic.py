@@ -15,11 +15,13 @@ from vtrain.costmodel.errors import UserError, user_file
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike, what: str = "output", create_folder: bool = True) -> Iterator[str]:
-    """Yield a temporary path next to `path` (same suffix, so writers that infer the format from it
-    work); on a normal exit move it over `path`, on an exception remove it. An unwritable place is a
-    one-line UserError naming `what` and `path` (errors.user_file). Errors raised by the caller's own
-    code inside the block pass through unchanged. With `create_folder=False` a missing folder is a
+def atomic_path(path: str | os.PathLike, what: str = "output", create_folder: bool = True,
+                suffix: str | None = None) -> Iterator[str]:
+    """Yield a temporary path next to `path` (by default with `path`'s suffix, so writers that
+    infer the format from it work; `suffix` overrides it); on a normal exit move it over `path`, on
+    an exception (including Ctrl-C and SIGTERM) remove it. An unwritable place is a one-line
+    UserError naming `what` and `path` (errors.user_file); errors raised by the caller's own code
+    inside the block pass through unchanged. With `create_folder=False` a missing folder is a
     UserError instead of being created."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
@@ -27,7 +29,7 @@ def atomic_path(path: str | os.PathLike, what: str = "output", create_folder: bo
         raise UserError(f"{what}: folder '{folder}' does not exist; create it first")
     with user_file(path, what, "write"):
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=path.suffix or ".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=suffix or path.suffix or ".tmp")
         os.close(fd)
     try:
         yield tmp

@@ -226,7 +226,9 @@ def test_summary_and_plot(tmp_path, capsys):
         line = next(ln for ln in out.splitlines() if gpu in ln and team in ln)
         cells = [c.strip() for c in line.split("│") if c.strip()]
         assert cells[2] == f"{len(group):,}" and cells[3] == f"{group['error'].isna().sum():,}", line
-        assert cells[5] == f"{group['cost'].sum():,.0f}", line
+        no_price = int((group["gpu_hours"].notna() & group["cost"].isna()).sum())
+        expected = f"{group['cost'].sum():,.0f}" if group["cost"].notna().any() else "n/a"
+        assert cells[5] == expected + (f" (+{no_price:,} n/a)" if no_price and expected != "n/a" else ""), line
     total = next(ln for ln in out.splitlines() if ln.strip("│ ").startswith("total"))
     assert f"{len(result):,}" in total and f"{result['gpu_hours'].sum():,.0f}" in total
     # the report's most expensive jobs are the output's
