@@ -61,6 +61,8 @@ FIELD_OPTIONS = dict(
     vocab_size=typer.Option(None, "--vocab-size", help="Vocabulary size (default 51200)."),
     seq_len=typer.Option(None, "--seq-len", help="Sequence length in tokens."),
     arch=typer.Option(None, "--arch", help="gpt (LayerNorm, GeLU) or llama (RMSNorm, SwiGLU, RoPE, GQA)."),
+    attention=typer.Option(None, "--attention", help="flash (fused FlashAttention, default) or unfused "
+                           "(Megatron's QK^T-softmax-PV with s^2 scores, as vTrain's runs)."),
     num_experts=typer.Option(None, "--num-experts", help="Routed experts per MoE layer (0 = dense)."),
     experts_per_token=typer.Option(None, "--experts-per-token", help="Routed experts per token (top-k)."),
     moe_ffn_hidden_size=typer.Option(None, "--moe-ffn-hidden-size", help="FFN size of one expert "

@@ -168,6 +168,8 @@ def _with_counts(cfg: TrainConfig, t: dict) -> dict:
 
 def _valid(cfg: TrainConfig, t: dict) -> np.ndarray:
     """rules.check's mask over grid rows `t` (with counts) on top of cfg's model and cluster."""
+    if len(t["tp"]) == 0:  # nothing to check (rules.check would broadcast the constants to one row)
+        return np.zeros(0, dtype=bool)
     _, errors = rules.check(_grid_fields(cfg, t, broadcast=False), messages=False)
     return errors.ok
 
