@@ -132,15 +132,12 @@ def validate(
                                                              "(the tables or --json still print)."),
 ):
     """Cross-validated accuracy: MAPE, median and p90 error per group, held out by model shape."""
-    import functools
-    from dataclasses import replace
-
     from rich.console import Console
 
     from vtrain.costmodel.errors import UserError
-    from vtrain.training import evaluate as ev
     from vtrain.training.data import load_dataset
     from vtrain.training.fit import FitSettings
+    from vtrain.training.validation import validate as run_validation
 
     if folds is not None and folds < 2:
         raise UserError(f"--folds: {folds} must be at least 2 (or omit it for leave-one-shape-out)")
@@ -151,8 +148,6 @@ def validate(
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
     console = Console()
-    figures: dict = {}
-    measured = None
 
     def on_fold(what):
         """A progress line on stderr after each fold (not with --quiet)."""
@@ -167,47 +162,13 @@ def validate(
         """Print one table as soon as its figures are ready (not with --json: one object at the end)."""
         if not as_json:
             _print_validation_table(console, title, rows, baseline_rows)
-    if len(ds.runs):
-        baseline = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, None),
-                                  setting=ev.setting_label(ds.runs), shape=ev.shape_key(ds.runs))
-        figures["analytical"] = ev.summarize(baseline).to_dict("records")
-        # Pre-trained on all measurements, for the splits that hold out runs only (computed once, if needed)
-        pretrained = functools.cache(lambda: ev.pretrain(ds, settings))
-        if ev.shape_key(ds.runs).nunique() > 1:  # holding out a shape needs another one to train on
-            if with_measurements:
-                cv, measured = ev.cross_validate(ds, settings, folds, on_fold=on_fold("grouped CV"))
-            else:
-                cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained(), on_fold=on_fold("grouped CV"))
-            figures["grouped_cv"] = ev.summarize(cv).to_dict("records")
-            split = "runs, kernels and collectives held out together" if with_measurements else "runs held out"
-            show(f"Grouped CV by model shape ({split})", figures["grouped_cv"], figures["analytical"])
-            if plot:
-                ev.plot_predictions(cv, plot)
-        multi = ev.setting_label(ds.runs) == "multi-node"
-        if ds.runs.loc[multi, "num_gpus"].nunique() > 1:
-            gpus = ev.cross_validate_runs(ds, settings, init=pretrained(), split="gpus",
-                                          on_fold=on_fold("leave-one-GPU-count-out"))
-            figures["leave_one_gpu_count_out"] = ev.summarize(gpus).to_dict("records")
-            show("Leave-one-GPU-count-out (multi-node runs)", figures["leave_one_gpu_count_out"], None)
-        if checkpoint:
-            from vtrain.costmodel.checkpoint import load
 
-            params, _ = load(checkpoint)
-            direct = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, params), setting=ev.setting_label(ds.runs),
-                                    shape=ev.shape_key(ds.runs))
-            figures["checkpoint"] = ev.summarize(direct).to_dict("records")
-            show(f"Checkpoint {checkpoint} scored directly (rows it trained on are not held out)",
-                 figures["checkpoint"], None)
-    if with_measurements and (ds.kernels.rows or ds.collectives.rows):
-        if measured is None:  # no grouped run CV above: hold out measurement groups only (trained without runs)
-            _, measured = ev.cross_validate(replace(ds, runs=ds.runs.iloc[:0]), settings, folds or 5,
-                                            on_fold=on_fold("kernels and collectives"))
-        final = measured[measured["stage"] == "final"]
-        figures["kernels_collectives_cv"] = ev.summarize_measurements(final).to_dict("records")
-        figures["kernels_collectives_cv_pretrained"] = ev.summarize_measurements(
-            measured[measured["stage"] == "pre-trained"]).to_dict("records")
-        show("Kernels and collectives, held-out shapes (the same folds; the trained model, standalone)",
-             figures["kernels_collectives_cv"], None)
+    result = run_validation(ds, settings, folds, checkpoint, with_measurements, on_fold=on_fold, on_table=show)
+    figures = result.figures
+    if plot and result.grouped_cv is not None:
+        from vtrain.training.evaluate import plot_predictions
+
+        plot_predictions(result.grouped_cv, plot)
     if as_json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return

@@ -314,10 +314,23 @@ def load_config_file(path: str | Path) -> dict:
     return read_config_file(path).fields
 
 
+def layer_fields(path: str | Path | None = None, model: str | None = None, overrides: dict | None = None,
+                 ignore_from_file: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """Raw canonical fields layered (lowest to highest priority) a file, a model preset, overrides
+    (None values skipped), not yet validated. The file's fields named in `ignore_from_file` are
+    left out of the layers and returned apart: (fields, ignored file fields)."""
+    values = load_config_file(path) if path else {}
+    ignored = {k: values.pop(k) for k in ignore_from_file if k in values}
+    if model:
+        values.update(preset_fields(model))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return values, ignored
+
+
 def resolve_config(path: str | Path | None = None, model: str | None = None,
                    overrides: dict | None = None) -> TrainConfig:
     """Validated config from (lowest to highest priority) a file, a model preset flag, and overrides."""
-    return resolve_config_assumed(path, model, overrides)[0]
+    return build_config(layer_fields(path, model, overrides)[0])
 
 
 def resolve_config_assumed(path: str | Path | None = None, model: str | None = None,
