@@ -206,7 +206,7 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
     n = len(strategies["tp"])
     f = {k: (np.repeat(v, n) if broadcast or n == 0 else v) for k, v in config_fields([cfg]).items()}
     for key in STRATEGY_FIELDS:
-        if key != "num_micro_batches":
+        if key != "num_micro_batches" and key in strategies:  # (no ep column yet: cfg's ep, 1 for dense)
             f[key] = strategies[key]
     f["sequence_parallel"] = strategies["sequence_parallel"] > 0
     f["overlap_grad_reduce"] = f["overlap_grad_reduce"].astype(bool)
