@@ -126,6 +126,9 @@ def validate(
                                            "shape groups in each fold too and score them (--no-kernels: runs only, "
                                            "every fold trains on all measurements; faster)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Save a predicted-vs-measured scatter (PNG)."),
+    published: Optional[Path] = typer.Option(None, "--published", help="Public runs (published/runs.csv) for the "
+                                             "interval coverage table (default: the shared data's, if present); "
+                                             "scored with --checkpoint (default: the shipped one)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ):
@@ -153,6 +156,7 @@ def validate(
     figures: dict = {}
     tables = []
     measured = None
+    cv = None
     if len(ds.runs):
         baseline = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, None),
                                   setting=ev.setting_label(ds.runs), shape=ev.shape_key(ds.runs))
@@ -192,6 +196,8 @@ def validate(
             measured[measured["stage"] == "pre-trained"]).to_dict("records")
         tables.append(("Kernels and collectives, held-out shapes (the same folds; the trained model, standalone)",
                        figures["kernels_collectives_cv"], None))
+    if len(ds.runs):
+        figures["interval_coverage"] = _interval_coverage(cv, ds.runs, published, checkpoint)
     if as_json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return
@@ -209,5 +215,26 @@ def validate(
             cells.append(f"{published:.2f}" if isinstance(published, (int, float)) and published == published else "")
             table.add_row(*cells)
         console.print(table)
+    if figures.get("interval_coverage"):
+        table = Table(title="90 % prediction interval: coverage of held-out runs (target 85-95 %)")
+        for col in ("predictor", "group", "rows", "coverage %", "median width %"):
+            table.add_column(col, justify="left" if col in ("predictor", "group") else "right")
+        for r in figures["interval_coverage"]:
+            table.add_row(r["predictor"], r["group"], str(r["rows"]), f"{r['coverage']:.1f}", f"{r['median_width']:.1f}")
+        console.print(table)
     if plot and "grouped_cv" in figures:
         console.print(f"wrote {plot}")
+
+
+def _interval_coverage(cv, runs, published: Optional[Path], checkpoint: Optional[str]) -> list[dict]:
+    """Rows of training/intervals.coverage_report: the grouped-CV residuals, the public runs (scored with
+    `checkpoint`, default the shipped one) and the analytical predictor."""
+    from vtrain.costmodel.predictor import Predictor
+    from vtrain.training.intervals import coverage_report
+    from vtrain.training.published import default_path, load_published
+
+    path = published or default_path()
+    pub = load_published(path)[0] if path else None
+    predictor = Predictor.load(checkpoint or "default")
+    return coverage_report(cv, runs, pub, predictor.correction, predictor.calibration,
+                           checkpoint=f"checkpoint {predictor.name}")
