@@ -4,7 +4,9 @@
     forecast_frame(df)                                                 # pandas in, pandas out
 
 Every input column is kept (in order, rows in order) and these are added:
-iteration_time_s, tokens_per_s, mfu, memory_gib_per_gpu, fits_memory; with a `tokens` column
+iteration_time_s with its 90 % prediction interval iteration_time_s_low / _high (null when the
+checkpoint has no calibration; costmodel/intervals.py), tokens_per_s, mfu, memory_gib_per_gpu,
+fits_memory; with a `tokens` column
 also train_days, gpu_hours and cost (gpu_hours * price_per_gpu_hour, from the row's column or
 the default price); and `error`, the reason a row could not be forecast (null when it could).
 Invalid rows keep their place with null results.
@@ -36,7 +38,8 @@ from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
 from vtrain.costmodel.table_config import PRESET_COLUMN, check_columns, encode_table
 
-RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory")
+RESULT_COLUMNS = ("iteration_time_s", "iteration_time_s_low", "iteration_time_s_high", "tokens_per_s", "mfu",
+                  "memory_gib_per_gpu", "fits_memory")
 COST_COLUMNS = ("train_days", "gpu_hours", "cost")
 ERROR_COLUMN = "error"
 TOKENS_COLUMN, PRICE_COLUMN, TEAM_COLUMN = "tokens", "price_per_gpu_hour", "team"
@@ -95,6 +98,7 @@ class ShardedEvaluator:
                 raise UserError(f"--devices: {count} is out of range; this process has {len(local)} JAX devices")
             chosen = local[:count]
         self.jax = jax
+        self.predictor = predictor
         self.devices = len(chosen)
         self.mesh = Mesh(np.array(chosen), ("rows",))
         self.sharding = NamedSharding(self.mesh, PartitionSpec("rows"))
@@ -189,8 +193,13 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
     res = evaluator(d) if n else {k: np.zeros(0) for k in ("iteration_time_s", "tokens_per_s", "mfu", "memory",
                                                                "fits_memory")}
     it = np.asarray(res["iteration_time_s"], dtype=np.float64)
+    with np.errstate(all="ignore"):  # rows with errors hold placeholder values; masked below
+        band = evaluator.predictor.interval(d, it) if n else dict(low=np.zeros(0), high=np.zeros(0))
+    no_band = bad | np.isnan(band["low"])
     new: dict[str, pa.Array] = {
         "iteration_time_s": pa.array(it, mask=bad, type=pa.float64()),
+        "iteration_time_s_low": pa.array(np.asarray(band["low"], np.float64), mask=no_band, type=pa.float64()),
+        "iteration_time_s_high": pa.array(np.asarray(band["high"], np.float64), mask=no_band, type=pa.float64()),
         "tokens_per_s": pa.array(np.asarray(res["tokens_per_s"], np.float64), mask=bad, type=pa.float64()),
         "mfu": pa.array(np.asarray(res["mfu"], np.float64), mask=bad, type=pa.float64()),
         "memory_gib_per_gpu": pa.array(np.asarray(res["memory"], np.float64) / GiB, mask=bad, type=pa.float64()),
