@@ -73,6 +73,9 @@ def fit(
                                          "package's checkpoints folder (e.g. replacing the shipped default)."),
     steps: int = typer.Option(6000, "--steps", help="Maximum Adam steps (early stopping may end sooner)."),
     seed: int = typer.Option(0, "--seed", help="Random seed (training is deterministic for a seed)."),
+    intervals: bool = typer.Option(False, "--intervals", help="Also calibrate the 90 % prediction intervals (the "
+                                   "runs-only grouped CV of this recipe, 5 folds: about 5x the fit's time; "
+                                   "`vtrain calibrate` does it later)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ):
     """Train the learned correction on a dataset and write a checkpoint atomically."""
@@ -100,8 +103,16 @@ def fit(
     meta = dict(
         vtrain_version=__version__, data_hash=ds.fingerprint, dataset_dir=str(dataset_dir), sources=ds.sources,
         command=f"vtrain fit {dataset_dir} -o {output} --steps {steps} --seed {seed}"
-                + (" --replace-shipped" if replace_shipped else ""), **report,
+                + (" --replace-shipped" if replace_shipped else "") + (" --intervals" if intervals else ""), **report,
     )
+    if intervals:
+        from vtrain.cli.calibrate_cmd import calibrate_checkpoint
+
+        calibration, _ = calibrate_checkpoint(ds, settings, 5)
+        if calibration is None:
+            typer.echo("note: --intervals needs runs of at least two model shapes; no intervals stored", err=True)
+        else:
+            meta["intervals"] = dict(calibration, data_hash=ds.fingerprint)
     validation = report["validation"]
     path = ckpt.save(output, params, meta)
     typer.echo(f"wrote {path} and {path.with_suffix('.json')} ({report['parameters']} parameters, "

@@ -5,6 +5,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from vtrain.costmodel import checkpoint as ckpt
@@ -173,3 +174,61 @@ def test_search_ranks_by_the_upper_bound_with_time_p90():
     # The analytical interval of a single-node config is wider above than a multi-node one's, so the
     # two objectives need not agree; the upper-bound winner has the lowest upper bound of both lists.
     assert by_p90.top[0]["iteration_time_s_high"] <= min(r["iteration_time_s_high"] for r in by_time.top)
+
+
+def _synthetic_dataset(path):
+    """48 single-node runs of 4 model shapes, 'measured' = analytical x 1.3 x 5 % noise."""
+    from vtrain.costmodel.simulator import simulate
+    from vtrain.dataset import store
+
+    rng = np.random.default_rng(0)
+    rows = [build_config(dict(num_layers=layers, hidden_size=hidden, num_attention_heads=16, seq_len=1024, num_gpus=8,
+                              tp=tp, pp=pp, micro_batch=1, global_batch=batch, precision="fp16")).flat()
+            for layers, hidden in [(12, 1024), (16, 1024), (12, 2048), (24, 2048)]
+            for tp, pp in [(1, 1), (2, 1), (2, 2), (4, 2), (1, 4), (8, 1)] for batch in (64, 128)]
+    runs = pd.DataFrame(rows)
+    measured = simulate(encode([build_config(r) for r in rows]))["iteration_time_s"] * 1.3
+    runs["iteration_time_s"] = measured * np.exp(rng.normal(0, 0.05, len(rows)))
+    runs["interconnect"], runs["source"] = "nvlink", "test:synthetic"
+    store.append(path, "runs", runs)
+
+
+def test_calibrate_stores_held_out_intervals_and_refuses_bad_targets(cli, tmp_path, monkeypatch):
+    """The command's plumbing (held-out predictions -> calibration -> the checkpoint's .json ->
+    predict). The grouped CV is stubbed with the analytical predictions (the CV itself is tested in
+    test_fit_validate.py), so no fit runs here."""
+    from vtrain.cli import calibrate_cmd
+    from vtrain.training import evaluate as ev
+
+    _synthetic_dataset(tmp_path / "ds")
+    calls = []
+
+    def fake_cv(ds, settings, folds, init=None):
+        calls.append((settings.steps, settings.seed, folds))
+        runs = ds.runs.reset_index(drop=True)
+        return runs.assign(predicted_s=ev.predict_runs(runs, None), setting=ev.setting_label(runs),
+                           shape=ev.shape_key(runs), fold=ev.shape_folds(runs, folds))
+
+    monkeypatch.setattr(ev, "cross_validate_runs", fake_cv)
+    monkeypatch.setattr(ev, "pretrain", lambda ds, settings: None)
+    path = ckpt.save(tmp_path / "c.npz", to_numpy(init_correction(0)), dict(settings=dict(steps=20, seed=3)))
+    calibrate_cmd.calibrate(tmp_path / "ds", str(path), published=None, folds=2, replace_shipped=False, quiet=True)
+    assert calls == [(20, 3, 2)]  # the checkpoint's own recipe settings
+    cal = json.loads(path.with_suffix(".json").read_text())["intervals"]
+    assert cal["rows"] == {"single-node": 48, "multi-node": 0}
+    assert cal["log_ratio"]["multi-node"] is None and len(cal["log_ratio"]["single-node"]) == 2
+    lo, hi = cal["log_ratio"]["single-node"]
+    assert lo < math.log(1.3) < hi and hi - lo < 0.3  # around the 30 % slowdown, about +-2 sd of the noise
+    assert set(cal["coverage_leave_one_group_out"]) == {"single-node"}
+    out = json.loads(cli("predict", "--model", "gpt3-1.3b", "--num-gpus", 8, "-c", path, "--json").stdout)
+    # The stubbed predictions are the analytical ones, 30 % too fast: the interval lies above them.
+    assert out["iteration_time_s_low"] == pytest.approx(out["iteration_time_s"] * math.exp(lo))
+    assert out["iteration_time_s_high"] == pytest.approx(out["iteration_time_s"] * math.exp(hi))
+    multi = json.loads(cli("predict", "--model", "gpt3-1.3b", "--num-gpus", 16, "-c", path, "--json").stdout)
+    assert multi["iteration_time_s_low"] is None and "no calibration" in multi["interval_note"]
+    # Refused in one line: the shipped folder without --replace-shipped, a dataset without runs.
+    shipped = cli("calibrate", tmp_path / "ds", "-c", "none")
+    assert shipped.returncode == 2 and "--replace-shipped" in shipped.stderr and shipped.stderr.count("\n") == 1
+    (tmp_path / "empty").mkdir()
+    empty = cli("calibrate", tmp_path / "empty", "-c", path)
+    assert empty.returncode == 2 and "Traceback" not in empty.stderr and empty.stderr.count("\n") == 1
