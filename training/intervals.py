@@ -194,7 +194,7 @@ def coverage_report(cv: pd.DataFrame | None, runs: pd.DataFrame, published: pd.D
         cal = calibrate(f["log_ratio"], f["setting"], f["distance"], level)
         out += _rows("combined (grouped CV)", covered, interval_width(cal, f["setting"], f["distance"]),
                      {s: f["setting"].to_numpy() == s for s in SETTINGS})
-    if published is not None and len(published) and calibration:
+    if published is not None and len(published) and calibration and params is not None:
         seen = ((params or {}).get("feature_range") or {}).get("global")
         u = domain_distance(seen, encode_runs(published), np)
         f = residual_frame(published.assign(predicted_s=predict_runs(published, params)), distance=u,
