@@ -4,11 +4,12 @@ measured / predicted, widened outside the training data.
 A calibration (stored in a checkpoint's .json under "intervals", or for the analytical predictor in
 checkpoints/analytical.intervals.json; built by training/intervals.py from held-out residuals) is
 
-    {"level": 0.9, "widening": g, "log_ratio": {"single-node": [lo, hi], "multi-node": [lo, hi]}, ...}
+    {"level": 0.9, "widening": g, "far_widening": f, "calibrated_distance": u_max,
+     "log_ratio": {"single-node": [lo, hi], "multi-node": [lo, hi]}, ...}
 
 and a prediction t of a config at domain distance u (see `domain_distance`) gets the interval
 
-    [t * exp(lo * (1 + g * u)), t * exp(hi * (1 + g * u))]   (seconds)
+    [t * exp(lo * w), t * exp(hi * w)]   (seconds),  w = 1 + g * u + f * max(u - u_max, 0)
 
 where [lo, hi] are the conformal quantiles of the held-out scores log(measured / predicted) / (1 + g * u)
 of the config's setting (single-node: all GPUs in one node; multi-node otherwise). Pure array code
@@ -61,8 +62,14 @@ def setting_of(num_gpus, gpus_per_node, xp=np):
 
 
 def widening(calibration: dict, distance, xp=np):
-    """The factor 1 + g * u applied to the log bounds."""
-    return 1.0 + float(calibration.get("widening", 0.0)) * distance
+    """The factor applied to the log bounds: 1 + g * u, plus f * (u - u_max) beyond the largest
+    distance u_max the calibration's held-out rows had (`calibrated_distance`), where nothing measured
+    says how fast the error grows; f (`far_widening`, 1 in the shipped calibrations) is a stated
+    prior, not a fit: one doubling beyond u_max doubles the interval's log width."""
+    g = float(calibration.get("widening", 0.0))
+    f = float(calibration.get("far_widening", 0.0))
+    u_max = float(calibration.get("calibrated_distance", 0.0))
+    return 1.0 + g * distance + f * xp.maximum(distance - u_max, 0.0)
 
 
 def bounds(calibration: dict | None, time_s, num_gpus, gpus_per_node, distance, xp=np):
@@ -105,7 +112,8 @@ def check_calibration(calibration, where: str) -> dict | None:
         if pair is not None and (not isinstance(pair, list) or len(pair) != 2
                                  or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair)):
             raise ValueError(f"{where}: intervals.log_ratio.{name} must be [low, high] finite numbers, got {pair!r}")
-    g = calibration.get("widening", 0.0)
-    if not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
-        raise ValueError(f"{where}: intervals.widening must be a finite number >= 0, got {g!r}")
+    for key in ("widening", "far_widening", "calibrated_distance"):
+        g = calibration.get(key, 0.0)
+        if not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+            raise ValueError(f"{where}: intervals.{key} must be a finite number >= 0, got {g!r}")
     return calibration

@@ -16,7 +16,7 @@ from vtrain.costmodel.spec import build_config
 from vtrain.training import intervals as iv
 from vtrain.training.model import init_correction, to_numpy
 
-CALIBRATED = ("none",)  # shipped predictors with a stored interval calibration
+CALIBRATED = ("none", "default")  # shipped predictors with a stored interval calibration
 
 
 def test_conformal_bounds_take_the_finite_sample_ranks():
@@ -60,6 +60,9 @@ def test_bounds_use_the_setting_and_widen_with_distance():
     assert low[0] == pytest.approx(10 * math.exp(-0.1)) and high[0] == pytest.approx(10 * math.exp(0.2))
     assert low[1] == pytest.approx(10 * math.exp(-0.3)) and high[1] == pytest.approx(10 * math.exp(0.4))
     assert low[2] == pytest.approx(10 * math.exp(-0.2)) and high[2] == pytest.approx(10 * math.exp(0.4))  # x(1+0.5*2)
+    far = dict(cal, widening=0.0, far_widening=1.0, calibrated_distance=1.5)
+    _, high = intervals.bounds(far, np.array([10.0, 10.0]), np.array([64, 64]), np.array([8, 8]), np.array([1.0, 3.5]))
+    assert high[0] == pytest.approx(10 * math.exp(0.4)) and high[1] == pytest.approx(10 * math.exp(0.4 * 3.0))
     nan_low, _ = intervals.bounds(None, np.array([1.0]), np.array([8]), np.array([8]), np.array([0.0]))
     assert np.isnan(nan_low[0])
 
@@ -136,6 +139,12 @@ def test_shipped_predictors_carry_intervals():
     for checkpoint in CALIBRATED:
         near = vtrain.predict(vtrain.load_config(**dict(cfg, num_gpus=3072)), checkpoint=checkpoint)
         assert near.iteration_time_s_low < near.iteration_time_s < near.iteration_time_s_high, checkpoint
+    # Beyond the largest distance the held-out residuals had, the interval widens (and predict says so).
+    far = vtrain.predict(vtrain.load_config(**dict(cfg, num_gpus=12288)))
+    small = vtrain.predict(vtrain.load_config(model="gpt3-1.3b", num_gpus=8, tp=1, global_batch=64))
+    assert far.interval_widening > 1.0 and small.interval_widening == 1.0
+    assert math.log(far.iteration_time_s_high / far.iteration_time_s) > \
+        math.log(small.iteration_time_s_high / small.iteration_time_s)
 
 
 def test_forecast_rows_carry_the_same_interval_as_predict():

@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 
 from vtrain.costmodel.correction import run_features
-from vtrain.costmodel.intervals import LEVEL, SETTINGS, conformal_bounds, domain_distance
+from vtrain.costmodel.intervals import LEVEL, SETTINGS, conformal_bounds, domain_distance, widening
 
 WIDENINGS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)  # candidate g, in ascending order
 DEFAULT_WIDENING = 1.0  # when too few held-out rows lie outside their training range to choose g
+FAR_WIDENING = 1.0  # prior beyond the largest held-out distance (costmodel/intervals.widening)
 MIN_OUTSIDE_ROWS = 10
 
 
@@ -49,7 +50,8 @@ def calibrate(log_ratio, setting, distance, level: float = LEVEL) -> dict:
                 chosen, how = g, f"smallest of {list(WIDENINGS)} covering {level:.0%} of the rows outside"
                 break
     table = _bounds_per_setting(r, setting, u, chosen, level)
-    return dict(level=level, widening=chosen, widening_choice=how,
+    return dict(level=level, widening=chosen, widening_choice=how, far_widening=FAR_WIDENING,
+                calibrated_distance=float(u.max()) if len(u) else 0.0,
                 log_ratio={name: (list(b) if np.all(np.isfinite(b)) else None) for name, b in table.items()},
                 rows={name: int((setting == name).sum()) for name in SETTINGS},
                 rows_outside=int(outside.sum()))
@@ -62,7 +64,10 @@ def coverage(log_ratio, setting, distance, calibration: dict) -> np.ndarray:
     u = np.asarray(distance, dtype=float)
     table = {name: (pair if pair is not None else [np.nan, np.nan]) for name, pair in calibration["log_ratio"].items()}
     table = {name: table.get(name, [np.nan, np.nan]) for name in SETTINGS}
-    return _covered(r, setting, u, float(calibration["widening"]), table)
+    lo = np.array([table[s][0] for s in setting])
+    hi = np.array([table[s][1] for s in setting])
+    w = widening(calibration, u)
+    return (r >= lo * w) & (r <= hi * w)
 
 
 def grouped_coverage(log_ratio, setting, distance, groups, level: float = LEVEL) -> np.ndarray:
@@ -80,7 +85,7 @@ def grouped_coverage(log_ratio, setting, distance, groups, level: float = LEVEL)
 
 def interval_width(calibration: dict, setting, distance) -> np.ndarray:
     """Relative width (high - low) / predicted of each row's interval (NaN where there is none)."""
-    w = 1.0 + float(calibration["widening"]) * np.asarray(distance, float)
+    w = widening(calibration, np.asarray(distance, float))
     out = []
     for s, f in zip(np.asarray(setting).astype(str), w):
         pair = calibration["log_ratio"].get(s)
