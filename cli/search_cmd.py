@@ -160,6 +160,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from vtrain.cli.predict_cmd import fmt_interval
+
     cfg = result.config
     m, c = cfg.model, cfg.cluster
     console = Console(width=None if sys.stdout.isatty() else 150)
@@ -171,7 +173,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
     table = Table(title=title)
     money = result.price_per_gpu_hour > 0
     moe = bool(m.num_experts)
-    cols = ["#", "tp", "pp", "dp"] + (["ep"] if moe else []) + ["GPUs", "mb", "sched", "recomp", "SP", "ZeRO", "iter time", "MFU",
+    cols = ["#", "tp", "pp", "dp"] + (["ep"] if moe else []) + ["GPUs", "mb", "sched", "recomp", "SP", "ZeRO",
+                                                                "iter time", "90 % interval", "MFU",
             "mem GiB (free)", ("$ " if money else "GPU-h ") + result.cost_basis, "limited by"]
     if result.tokens:
         cols.append("days")
@@ -182,7 +185,10 @@ def _print_search(result, sens, space, source: str = "...") -> None:
         row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"])] + ([str(r["ep"])] if moe else []) + [
                str(r["num_gpus"]), str(r["micro_batch"]),
                sched, r["recompute"], "y" if r["sequence_parallel"] else "-", str(r["zero_stage"]),
-               _fmt_time(r["iteration_time_s"]), f"{r['mfu'] * 100:.1f}%",
+               _fmt_time(r["iteration_time_s"]),
+               fmt_interval(r["iteration_time_s_low"] or float("nan"), r["iteration_time_s_high"] or float("nan"),
+                            0.9).removesuffix(", 90 %") or "-",
+               f"{r['mfu'] * 100:.1f}%",
                f"{r['memory_gib']:.1f} ({r['memory_headroom_pct']:.0f}%)",
                _fmt_money(r["cost"]) if money else f"{r['gpu_hours']:,.0f}",
                f"{r['limiter']} {r['limiter_share_pct']:.0f}%" + (", memory" if r["memory_headroom_pct"] < 5 else "")]
@@ -243,8 +249,10 @@ def search(
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Search every GPU count up to N "
                                                                      "(instead of exactly --num-gpus N)."),
     min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="With --max-gpus: smallest GPU count."),
-    objective: str = typer.Option("time", "--objective", help="time (fastest iteration), cost (cheapest per "
-                                                               "token) or tokens-per-dollar (same order as cost)."),
+    objective: str = typer.Option("time", "--objective", help="time (fastest iteration), time-p90 (lowest upper "
+                                                               "bound of the 90 % prediction interval), cost "
+                                                               "(cheapest per token) or tokens-per-dollar (same "
+                                                               "order as cost)."),
     top: int = typer.Option(10, "--top", "-k", help="How many strategies to show."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree."),
     max_pp: Optional[int] = typer.Option(None, "--max-pp", help="Largest pipeline-parallel degree."),

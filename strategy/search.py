@@ -38,7 +38,7 @@ from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors, fmt_cho
 from vtrain.costmodel.spec import TrainConfig
 from vtrain.costmodel.units import GiB
 
-OBJECTIVES = ("time", "cost", "tokens-per-dollar")
+OBJECTIVES = ("time", "time-p90", "cost", "tokens-per-dollar")  # time-p90: the interval's upper bound
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
@@ -362,9 +362,33 @@ class SearchResult:
         return f"for {self.tokens:.3g} tokens" if self.tokens else "per 1B tokens"
 
 
+def interval_bounds(predictor, d: SimInput, time_s) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) seconds of the predictor's prediction interval around `time_s` for strategies `d`
+    (NaN without a calibration; costmodel/intervals.py)."""
+    if getattr(predictor, "interval", None) is None:
+        nan = np.full(np.shape(time_s), np.nan)
+        return nan, nan
+    with np.errstate(all="ignore"):
+        band = predictor.interval(d, np.asarray(time_s, dtype=np.float64))
+    return np.asarray(band["low"], dtype=np.float64), np.asarray(band["high"], dtype=np.float64)
+
+
+def ranking_times(predictor, objective: str, d: SimInput, time_s) -> np.ndarray:
+    """The times an objective ranks by: the interval's upper bound for time-p90, else `time_s`."""
+    if objective != "time-p90":
+        return np.asarray(time_s, dtype=np.float64)
+    high = interval_bounds(predictor, d, time_s)[1]
+    if np.isnan(high).any():
+        raise ParameterError("objective", f"time-p90 needs prediction intervals, and checkpoint "
+                             f"'{getattr(predictor, 'name', '?')}' has no calibration for these strategies; add one "
+                             "with `vtrain calibrate DATASET_DIR -c CHECKPOINT` or rank by 'time'")
+    return high
+
+
 def objective_key(objective: str, time_s, num_gpus, tokens_per_iteration):
-    """Smaller is better. time: iteration time; cost / tokens-per-dollar: GPU-seconds per token."""
-    if objective == "time":
+    """Smaller is better. time: iteration time (time-p90: pass the interval's upper bound as
+    `time_s`); cost / tokens-per-dollar: GPU-seconds per token."""
+    if objective in ("time", "time-p90"):
         return np.asarray(time_s, dtype=np.float64)
     if objective in ("cost", "tokens-per-dollar"):
         return np.asarray(time_s, dtype=np.float64) * num_gpus / tokens_per_iteration
@@ -446,6 +470,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
     d = encode_strategies(cfg, sub)
     out = predictor.simulate(d)
     n = len(sub["tp"])
+    low, high = interval_bounds(predictor, d, out["iteration_time_s"])
     tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
     rows = []
     for j in range(n):
@@ -463,7 +488,9 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             micro_batch=int(sub["micro_batch"][j]), num_micro_batches=int(sub["num_micro_batches"][j]),
             vpp=int(sub["vpp"][j]), schedule=values["schedule"], recompute=values["recompute"],
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
-            ep=int(sub["ep"][j]), iteration_time_s=t, tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
+            ep=int(sub["ep"][j]),
+            iteration_time_s=t, iteration_time_s_low=_number(low[j]), iteration_time_s_high=_number(high[j]),
+            tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
             memory_gib=mem / GiB, gpu_memory_gib=cap / GiB, memory_headroom_pct=100.0 * (1.0 - mem / cap),
             fits_memory=bool(out["fits_memory"][j]), gpu_hours=c.gpu_hours, cost=c.cost, train_days=c.train_days,
             tokens_per_dollar=(c.tokens / c.cost) if c.cost > 0 else float("inf"),
@@ -471,6 +498,12 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             config=values,
         ))
     return rows
+
+
+def _number(value) -> float | None:
+    """A float, or None (JSON null) for NaN."""
+    value = float(value)
+    return None if value != value else value
 
 
 def _rank(key: np.ndarray, mem: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -481,12 +514,14 @@ def _rank(key: np.ndarray, mem: np.ndarray, index: np.ndarray) -> np.ndarray:
 def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, times, objective, top, price, tokens,
             method, timings) -> SearchResult:
     tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
-    key = objective_key(objective, times, strategies["num_gpus"][evaluated_idx], tokens_per_iter)
+    rank_times = ranking_times(predictor, objective, d.take(evaluated_idx), times)
+    key = objective_key(objective, rank_times, strategies["num_gpus"][evaluated_idx], tokens_per_iter)
     order = evaluated_idx[_rank(key, mem[evaluated_idx], evaluated_idx)]
     # Exact (float64) re-evaluation of the leaders; float32 ranks are within ~1e-6 of these.
     shortlist = order[: max(4 * top, 64)]
     rows = exact_rows(predictor, cfg, strategies, shortlist, price, tokens)
-    ekey = objective_key(objective, np.array([r["iteration_time_s"] for r in rows]),
+    time_column = "iteration_time_s_high" if objective == "time-p90" else "iteration_time_s"
+    ekey = objective_key(objective, np.array([r[time_column] for r in rows]),
                          np.array([r["num_gpus"] for r in rows]), tokens_per_iter)
     emem = np.array([r["memory_gib"] for r in rows])
     rows = [rows[i] for i in _rank(ekey, emem, shortlist) if rows[i]["fits_memory"]]
@@ -509,6 +544,8 @@ def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, time
                    num_gpus=int(ngpu[i]), strategy=_describe(cfg, strategies, int(evaluated_idx[i]))) for i in front]
     feasible = {k: v[evaluated_idx] for k, v in strategies.items()}
     feasible.update(iteration_time_s=times, cost=cost, gpu_hours=gpu_hours)
+    if objective == "time-p90":
+        feasible["iteration_time_s_high"] = rank_times
     return SearchResult(config=cfg, objective=objective, price_per_gpu_hour=price, tokens=tokens, top=shown[:top],
                         num_enumerated=len(strategies["tp"]), num_fit=int(fits.sum()),
                         num_evaluated=len(evaluated_idx), feasible=feasible, pareto=pareto, timings=timings,
@@ -642,7 +679,7 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     combos, inverse = np.unique(cat[feasible], axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     fixed = math.log2(space.num_gpus) if space.num_gpus is not None else -1.0
-    cost_w = 0.0 if objective == "time" else 1.0
+    cost_w = 0.0 if objective in ("time", "time-p90") else 1.0
     xs, lo, hi, owners, rows_base = [], [], [], [], []
     for c in range(len(combos)):
         members = feasible[inverse == c]
@@ -691,7 +728,8 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
         if len(todo):
             times[todo] = evaluate(predictor, d.take(todo))["iteration_time_s"]
         idx = np.flatnonzero(~np.isnan(times))
-        key = objective_key(objective, times[idx], strategies["num_gpus"][idx], tokens_per_iter)
+        key = objective_key(objective, ranking_times(predictor, objective, d.take(idx), times[idx]),
+                            strategies["num_gpus"][idx], tokens_per_iter)
         leaders = idx[_rank(key, mem[idx], idx)[:max(top, 8)]]
         if leaders_before is not None and set(leaders) == set(leaders_before):
             break
