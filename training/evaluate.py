@@ -70,7 +70,7 @@ def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = 
         params, _ = train(ds, replace(settings, label=f"fold {fold}"), runs=runs[~test], init=init)
         pred[test] = predict_runs(runs[test], params)
         _report_fold(on_fold, i, len(held_folds), runs[test], pred[test], t0)
-    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=fold_of)
     return out[~np.isnan(pred)]
 
 
@@ -141,7 +141,7 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None,
     measured = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not len(runs):
         return runs, measured
-    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=run_fold)
     return run_predictions[~np.isnan(pred)], measured
 
 
