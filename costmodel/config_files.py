@@ -184,6 +184,23 @@ def _check_hf_architecture(data: dict) -> str:
     return model_type
 
 
+def _as_integer(value) -> int | None:
+    """`value` as an int when it is an integer-valued number (or numeric text), else None."""
+    try:
+        number = float(value)
+        return int(number) if number == int(number) else None
+    except (TypeError, ValueError, OverflowError):  # text, None, NaN, inf
+        return None
+
+
+def _hf_integer(key: str, value, fix: str) -> int:
+    """An integer field of a Hugging Face config, or a one-line ConfigError naming `key` and the fix."""
+    number = _as_integer(value)
+    if number is None:
+        raise ConfigError(key, f"'{value}' in the Hugging Face config is not an integer; {fix}")
+    return number
+
+
 def read_hf(data: dict) -> ConfigSource:
     """Canonical model fields from a Hugging Face config.json, and the keys that change the cost
     but are not modelled (reported as assumed)."""
@@ -199,21 +216,18 @@ def read_hf(data: dict) -> ConfigSource:
     assumed = [_assumed("arch", out["arch"], f"from model_type '{model_type}'" if model_type else
                         f"from hidden_act '{data.get('hidden_act', 'gelu')}'")]
     head_dim, hidden, heads = data.get("head_dim"), out.get("hidden_size"), out.get("num_attention_heads")
-    if head_dim and hidden and heads and int(head_dim) * int(heads) != int(hidden):
+    if head_dim:
+        head_dim = _hf_integer("head_dim", head_dim, "fix it or remove the key")
+    hidden, heads = _as_integer(hidden), _as_integer(heads)  # non-integers: build_config names them
+    if head_dim and hidden and heads and head_dim * heads != hidden:
         raise ConfigError("head_dim", f"{head_dim} differs from hidden_size/num_attention_heads = {hidden}/{heads}; "
                           "vtrain models head_dim = hidden_size/heads only")
     if "seq_len" in out:
         key = next(k for k in HF_KEYS["seq_len"] if data.get(k) is not None)
-        try:
-            seq = float(out["seq_len"])
-            if not seq == int(seq):  # NaN, inf and fractions are refused below by build_config
-                raise ValueError
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(key, f"'{out['seq_len']}' in the Hugging Face config is not an integer; fix it or "
-                                   "give --seq-len") from None
-        out["seq_len"] = min(int(seq), HF_MAX_SEQ_LEN)
+        seq = _hf_integer(key, out["seq_len"], "fix it or give --seq-len")
+        out["seq_len"] = min(seq, HF_MAX_SEQ_LEN)
         capped = ", capped" if seq > HF_MAX_SEQ_LEN else ""
-        assumed.append(_assumed("seq_len", out["seq_len"], f"{key} = {int(seq)}{capped}; --seq-len"))
+        assumed.append(_assumed("seq_len", out["seq_len"], f"{key} = {seq}{capped}; --seq-len"))
     out.update(_hf_moe(data))
     assumed += _hf_unmodelled(data, out)
     return ConfigSource(out, assumed)
@@ -223,7 +237,9 @@ def _hf_unmodelled(data: dict, out: dict) -> list:
     """Hugging Face keys that change the cost but that vtrain does not model, as assumed entries."""
     notes = []
     window = data.get("sliding_window")
-    if window and data.get("use_sliding_window", True) is not False and int(window) < int(out.get("seq_len", 0)):
+    if window:
+        window = _hf_integer("sliding_window", window, "fix it or remove the key")
+    if window and data.get("use_sliding_window", True) is not False and window < out.get("seq_len", 0):
         notes.append(_assumed("sliding_window", window, "not modelled: full causal attention over seq_len"))
     tied = data.get("tie_word_embeddings")
     if tied is not None and bool(tied) != (out["arch"] == "gpt"):

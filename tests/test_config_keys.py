@@ -193,6 +193,15 @@ def test_hf_keys_that_change_the_cost_but_are_not_modelled_are_reported(tmp_path
     assert "sliding_window" not in {a["field"] for a in assumed}
 
 
+@pytest.mark.parametrize("key", ["sliding_window", "head_dim"])
+def test_hf_non_integer_cost_keys_are_refused_in_one_line(tmp_path, key):
+    """A non-integer sliding_window or head_dim raised a bare ValueError from int() (a traceback)."""
+    mistral = dict(MIXTRAL, model_type="mistral", architectures=["MistralForCausalLM"], num_local_experts=None,
+                   num_experts_per_tok=None, **{key: "long"})
+    with pytest.raises(ConfigError, match=rf"^{key}: 'long' in the Hugging Face config is not an integer"):
+        resolve_config(_write(tmp_path, mistral), overrides=dict(num_gpus=8, global_batch=8))
+
+
 def test_hf_config_with_an_assumed_global_batch_says_so(tmp_path, cli):
     """The issue's repro: an HF config with --num-gpus 64 --tp 8 silently used a global batch of 8."""
     llama = dict(MIXTRAL, model_type="llama", architectures=["LlamaForCausalLM"], num_local_experts=None,
