@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vtrain.costmodel.encode import SimInput
-from vtrain.costmodel.errors import UserError, user_file
+from vtrain.costmodel.errors import UserError, one_line, user_file
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
-from vtrain.costmodel.table_config import PRESET_COLUMN, check_columns, encode_table
+from vtrain.costmodel.table_config import PRESET_COLUMN, as_text_if_nested, check_columns, encode_table
 
 RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory")
 COST_COLUMNS = ("train_days", "gpu_hours", "cost")
@@ -132,11 +132,12 @@ def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values, present, errors) for a numeric side column such as tokens or price."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    arr = as_text_if_nested(arr)
     n = len(arr)
     errors = np.full(n, None, dtype=object)
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t):
-        values = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        values = arr.cast(pa.float64(), safe=False).fill_null(np.nan).to_numpy(zero_copy_only=False)
     else:
         text = arr.cast(pa.string())
         enc = pc.dictionary_encode(text)
@@ -148,7 +149,7 @@ def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 bad.append(None)
             except ValueError:
                 parsed.append(np.nan)
-                bad.append(f"{name}: '{u}' is not a number")
+                bad.append(one_line(f"{name}: '{u}' is not a number"))
         idx = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
         safe = np.where(idx >= 0, idx, 0)
         values = np.where(idx >= 0, np.array(parsed + [np.nan])[safe], np.nan)
@@ -242,7 +243,7 @@ class ForecastReport:
         if n == 0:
             return
         gpu = _gpu_labels(out.column("gpu") if "gpu" in out.schema.names else None, n)
-        team = (out.column(TEAM_COLUMN).cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(object)
+        team = (as_text_if_nested(out.column(TEAM_COLUMN).combine_chunks()).cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(object)
                 if self.has_team else np.full(n, "", dtype=object))
         keys = np.char.add(np.char.add(gpu.astype(str), "\x1f"), team.astype(str))
         uniq, inv = np.unique(keys, return_inverse=True)
@@ -282,7 +283,8 @@ def _gpu_labels(column, n: int) -> np.ndarray:
     """Canonical GPU preset name per row (the default a100-80gb when not given; raw text if unknown)."""
     if column is None:
         return np.full(n, "a100-80gb", dtype=object)
-    enc = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    enc = pc.dictionary_encode(as_text_if_nested(column.combine_chunks() if isinstance(column, pa.ChunkedArray)
+                                                 else column))
     names = []
     for u in enc.dictionary.to_pylist():
         spec = lookup_gpu(str(u))
@@ -497,7 +499,7 @@ def _frame_to_table(df) -> pa.Table:
         col = df[name]
         try:
             arr = pa.array(col, from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints beyond int64
             arr = pa.array([None if (v is None or (isinstance(v, float) and math.isnan(v))) else str(v)
                             for v in col], type=pa.string())
         arrays.append(arr)
