@@ -83,6 +83,7 @@ def from_vtrain(data: dict) -> dict:
     out.setdefault("recompute", "full")
     out.setdefault("gpu", "a100-80gb")
     out.setdefault("precision", "fp16")
+    out.setdefault("attention", "unfused")  # Megatron's unfused attention, as vTrain's runs used
     return out
 
 

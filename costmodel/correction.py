@@ -137,13 +137,19 @@ def collective_adjustment(correction: dict | None, op_name: str, size_bytes, gro
     return bw_eff, latency_mult
 
 
+def _recompute_level(code, xp):
+    """The recompute feature: none 0, selective 1, full 2; torchtitan's selective-op (code 3) is
+    presented as selective, its nearest trained setting (the feature's meaning is unchanged)."""
+    return xp.where(code == 3, 1.0, code * 1.0)
+
+
 def run_features(d: dict, xp):
     """Features of a whole configuration for the global term. (Network tiers are left to the
     collective model: a run-level flag such as 'TP crosses nodes' is seen in too few runs to
     generalise.)"""
     cols = [_log2(d.tp, xp), _log2(d.pp, xp), _log2(d.dp, xp), _log2(d.micro_batch, xp),
             _log2(d.num_micro_batches, xp), _log2(d.hidden, xp) - 12.0, _log2(d.seq, xp) - 11.0,
-            _log2(d.layers / d.pp, xp), d.recompute / 2.0, d.sp * 1.0]
+            _log2(d.layers / d.pp, xp), _recompute_level(d.recompute, xp) / 2.0, d.sp * 1.0]
     one = xp.ones_like(d.tp * 1.0)
     return xp.stack([c * one for c in cols], axis=-1) / 4.0
 

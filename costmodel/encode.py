@@ -2,11 +2,11 @@
 
 It is built in one place, `sim_input(resolved)`, from resolved canonical fields (as `rules.check`
 returns them: choices as codes). Every entry point goes through it: `encode(configs)` for
-validated TrainConfigs, `table_config.encode_table` for a table, `search.encode_strategies` for a
+validated TrainConfigs, `tables.columns.encode_table` for a table, `strategy.search.encode_strategies` for a
 strategy grid; `with_layout` swaps the parallel degrees (search's relaxed, continuous degrees).
 
 Enums are codes (recompute: rules.Recompute; schedule: rules.Schedule; llama: 1.0 for
-Arch.LLAMA, else 0.0) and the GPU preset becomes its figures in FLOP/s, bytes and bytes/s, so the
+Arch.LLAMA, else 0.0; flash: 1.0 for attention=flash, 0.0 for unfused) and the GPU preset becomes its figures in FLOP/s, bytes and bytes/s, so the
 simulator never looks anything up. SimInput is a NamedTuple, hence a JAX pytree: it passes
 through jax.jit, vmap and grad as it is.
 """
@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from vtrain.costmodel.rules import ARCHS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, Arch
+from vtrain.costmodel.rules import ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, Arch
 from vtrain.costmodel.spec import TrainConfig
 
 GRAD_BYTES = {"fp16": 2.0, "bf16": 4.0, "fp8": 4.0}  # Megatron keeps fp32 main grads for bf16
@@ -35,6 +35,7 @@ class SimInput(NamedTuple):
     vocab: Any
     seq: Any
     llama: Any
+    flash: Any
     tp: Any
     pp: Any
     dp: Any
@@ -100,7 +101,7 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
     d = SimInput(
         layers=f(r["num_layers"]), hidden=f(r["hidden_size"]), heads=f(r["num_attention_heads"]),
         kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]), seq=f(r["seq_len"]),
-        llama=f(np.asarray(r["arch"]) == Arch.LLAMA),
+        llama=f(np.asarray(r["arch"]) == Arch.LLAMA), flash=f(np.asarray(r["attention"]) == 0),
         tp=None, pp=None, dp=None, num_gpus=None, micro_batch=None, vpp=None, num_micro_batches=None,
         global_batch=f(r["global_batch"]), sp=f(r["sequence_parallel"]), recompute=f(r["recompute"]),
         zero_stage=f(r["zero_stage"]), schedule=f(r["schedule"]), overlap=f(r["overlap_grad_reduce"]),
@@ -119,7 +120,7 @@ def config_fields(configs: list[TrainConfig]) -> dict[str, np.ndarray]:
     """Resolved canonical fields (choices as codes) of validated configs, one entry per config."""
     flats = [c.flat() for c in configs]
     out = {k: np.array([fl[k] for fl in flats]) for k in flats[0]}
-    for name, choices in (("arch", ARCHS), ("recompute", RECOMPUTE_MODES), ("schedule", SCHEDULES),
+    for name, choices in (("arch", ARCHS), ("attention", ATTENTIONS), ("recompute", RECOMPUTE_MODES), ("schedule", SCHEDULES),
                           ("precision", PRECISIONS)):
         out[name] = np.array([choices.index(v) for v in out[name]], dtype=np.int64)
     names = [s.name for s in GPU_LIST]

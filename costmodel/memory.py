@@ -10,15 +10,16 @@ Pure array code.
 from __future__ import annotations
 
 from vtrain.costmodel import moe
-from vtrain.costmodel.ops import ACT_BYTES, layer_parameters
-from vtrain.costmodel.rules import Recompute
+from vtrain.costmodel.ops import (ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP,
+                                    layer_parameters)
 
 FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
 
 def activation_bytes_per_layer(d: dict, xp):
-    """Bytes of activations one layer stores for one micro-batch on one GPU (no recompute),
-    and the part that selective recompute drops (the s^2 attention tensors)."""
+    """Bytes of activations one layer stores for one micro-batch on one GPU: (no recompute, the part
+    that selective recompute drops (the s^2 tensors of unfused attention), what torchtitan's
+    selective-op recompute keeps)."""
     h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
     llama, gpt = d.llama, 1.0 - d.llama
     sbh = s * b * h
@@ -29,21 +30,32 @@ def activation_bytes_per_layer(d: dict, xp):
     # Split by TP: Q, K, V, attention output and MLP intermediates.
     kv_frac = kv / a
     attn_split = 2.0 * sbh * (1.0 + 2.0 * kv_frac) + 2.0 * sbh  # Q, K, V + context (out-proj input)
-    mlp_split = gpt * 4.0 * s * b * f + gpt * s * b * h * 0.0 + llama * 8.0 * s * b * f
-    scores = gpt * 5.0 * a * s * s * b  # softmax out (2), dropout mask (1), dropout out (2)
-    flash = llama * 4.0 * s * b * a  # logsumexp statistics in fp32
+    # GeLU: its input and output (2 x 2sbf). SwiGLU (fused, as Megatron's and compiled torchtitan's):
+    # the gate+up GEMM output (2 x 2sbf) and the gated product, fc2's input (2sbf).
+    mlp_split = gpt * 4.0 * s * b * f + llama * 6.0 * s * b * f
+    # unfused attention: softmax out (2), dropout mask (1), dropout out (2) per score; flash: no s^2
+    # tensor, only the log-sum-exp statistics in fp32
+    scores = (1.0 - d.flash) * 5.0 * a * s * s * b
+    flash = d.flash * 4.0 * s * b * a
     split = attn_split + mlp_split + scores + flash
     full = replicated / sp_div + split / tp
-    return full, scores / tp, mlp_split / tp
+    # selective-op keeps: the layer input and the MLP output (2 x 2sbh, SP-split), Q (Llama; GPT: the
+    # fused QKV output), V, the attention output + LSE, the MLP gate (GPT: fc1) output.
+    kept_split = 2.0 * sbh * (1.0 + kv_frac + gpt * kv_frac) + 2.0 * sbh + flash + 2.0 * s * b * f + scores
+    selective_op = 4.0 * sbh / sp_div + kept_split / tp
+    return full, scores / tp, mlp_split / tp, selective_op
 
 
 def _states(params, d, xp, dp=None) -> tuple:
     """(weights, gradients, optimizer) bytes for `params` parameters on one GPU, sharded by ZeRO
-    over `dp` ranks (default: the data-parallel group)."""
+    over `dp` ranks (default: the data-parallel group). ZeRO-1/2 shard the fp32 master weights +
+    Adam moments (12 B/param) and then the gradients; ZeRO-3 / FSDP keeps only shards: fp32
+    parameters (4), gradients (4) and Adam moments (8 B/param)."""
     zero, dp = d.zero_stage, d.dp if dp is None else dp
-    weights = ACT_BYTES * params / xp.where(zero >= 3, dp, 1.0)
-    grads = d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0)
-    optimizer = 12.0 * params / xp.where(zero >= 1, dp, 1.0)
+    fsdp = zero >= 3
+    weights = xp.where(fsdp, 4.0 * params / dp, ACT_BYTES * params)
+    grads = xp.where(fsdp, 4.0 * params / dp, d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0))
+    optimizer = xp.where(fsdp, 8.0 * params / dp, 12.0 * params / xp.where(zero >= 1, dp, 1.0))
     return weights, grads, optimizer
 
 
@@ -65,30 +77,45 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
     params_first = (layers_params(n_moe["first"]) + embedding_params + xp.where(single, head_params, 0.0)) / tp
     params_last = (layers_params(n_moe["last"]) + head_params) / tp
 
-    per_layer, attention_scores, mlp_part = activation_bytes_per_layer(d, xp)
+    per_layer, attention_scores, mlp_part, selective_op = activation_bytes_per_layer(d, xp)
     per_moe_layer = moe.activation_bytes(d, xp, per_layer, mlp_part)
     sbh = d.seq * d.micro_batch * d.hidden
     sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
-    stored = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
-                      xp.where(d.recompute >= Recompute.SELECTIVE, per_layer - attention_scores, per_layer))
-    stored_moe = xp.where(d.recompute >= Recompute.FULL, stored_full_recompute,
-                          xp.where(d.recompute >= Recompute.SELECTIVE, per_moe_layer - attention_scores, per_moe_layer))
+    rec = d.recompute
+    full, by_op = rec == RECOMPUTE_FULL, rec == RECOMPUTE_SELECTIVE_OP
+    stored = xp.where(full, stored_full_recompute,
+                      xp.where(by_op, selective_op,
+                               xp.where(rec == RECOMPUTE_SELECTIVE, per_layer - attention_scores, per_layer)))
+    # (selective-op on an MoE layer: its dense part as for a dense layer, the routed part stored)
+    stored_moe = xp.where(full, stored_full_recompute,
+                          xp.where(by_op, selective_op + per_moe_layer - per_layer,
+                                   xp.where(rec == RECOMPUTE_SELECTIVE, per_moe_layer - attention_scores,
+                                            per_moe_layer)))
     is_moe = moe.is_moe(d, xp)
     # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
-    # time: full recompute the layer's activations beyond its stored input, selective the
-    # attention scores. (Counting the whole layer on top of its stored input made full exceed
-    # selective when few micro-batches are in flight.) So none >= selective >= full always.
+    # time: full recompute the layer's activations beyond its stored input, selective-op the layer's
+    # activations beyond the outputs it keeps, selective the attention scores. (Counting the whole
+    # layer on top of its stored input made full exceed selective when few micro-batches are in
+    # flight.) So none >= selective >= full always.
     # MoE layers also hold one all-to-all's send and receive buffers at a time.
-    working = xp.where(d.recompute >= Recompute.FULL,
-                       xp.maximum(per_layer, is_moe * per_moe_layer) - stored_full_recompute,
-                       xp.where(d.recompute >= Recompute.SELECTIVE, attention_scores, 0.0)) + \
+    one_layer = xp.maximum(per_layer, is_moe * per_moe_layer)
+    working = xp.where(full, one_layer - stored_full_recompute,
+                       xp.where(by_op, one_layer - selective_op,
+                                xp.where(rec == RECOMPUTE_SELECTIVE, attention_scores, 0.0))) + \
         is_moe * moe.permutation_buffer_bytes(d, xp)
+    # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
+    # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.
+    fsdp = d.zero_stage >= 3
+    unsharded = xp.maximum(layer_params, embedding_params) / tp
+    fsdp_weights = xp.where(fsdp, 2.0 * ACT_BYTES * unsharded, 0.0)
+    fsdp_grads = xp.where(fsdp, 4.0 * unsharded, 0.0)
     # fp32 logits and their gradient for one micro-batch
     logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
     def stage(params, n, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)
+        weights, grads = weights + fsdp_weights, grads + fsdp_grads
         # routed experts: experts / ep per GPU, ZeRO-sharded over the expert-data-parallel group
         e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n), d, xp, moe.expert_dp(d))
         weights, grads, optimizer = weights + e_weights, grads + e_grads, optimizer + e_optimizer

@@ -50,12 +50,15 @@ def memory_op(name, cls, elements, reads=1.0, writes=1.0, flops_per_elt=1.0, ker
 def layer_forward_ops(d: dict, xp) -> list[dict]:
     """Forward ops of one transformer layer for one micro-batch on one GPU.
 
-    `d` holds arrays: hidden, heads, kv_heads, ffn, seq, micro_batch, tp, sp (0/1), llama (0/1).
-    GPT: LayerNorm, unfused Megatron attention (QK^T, scale-mask-softmax, dropout, PV), GeLU MLP,
-    bias-dropout-add. Llama: RMSNorm, RoPE, FlashAttention (causal), SwiGLU MLP, residual adds.
+    `d` holds arrays: hidden, heads, kv_heads, ffn, seq, micro_batch, tp, sp (0/1), llama (0/1),
+    flash (0/1). GPT: LayerNorm, GeLU MLP, bias-dropout-add. Llama: RMSNorm, RoPE, SwiGLU MLP,
+    residual adds. Attention, independent of the architecture: flash = one fused causal
+    FlashAttention kernel (no s^2 tensor); unfused = Megatron's layout copies, QK^T,
+    scale-mask-softmax, dropout and PV over b*a/tp*s^2 scores.
     """
     h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
     llama, gpt = d.llama, 1.0 - d.llama
+    flash, unfused = d.flash, 1.0 - d.flash
     head_dim = h / a
     tokens = b * s
     # Regions outside the TP-split GEMMs (norms, dropouts, residuals) are split by TP only with SP.
@@ -72,19 +75,19 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
         # RoPE on Q and K (Llama only: zero elements for GPT)
         memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim,
                   flops_per_elt=FLOPS_PER_ELEMENT["rope"]),
-        # GPT: Q/K/V and context reshaped between [s, b, heads, d] and [b*heads, s, d] (copies)
-        memory_op("attn_layout", "elementwise", gpt * tokens * (qkv_n + h / tp), kernels=4.0, flops_per_elt=0.0),
-        # GPT: explicit score and context batched GEMMs over (batch*heads)
-        gemm("attn_scores", s * gpt + llama, s * gpt + llama, head_dim, batch=b * heads_tp * gpt + llama * 0.0,
+        # unfused: Q/K/V and context reshaped between [s, b, heads, d] and [b*heads, s, d] (copies)
+        memory_op("attn_layout", "elementwise", unfused * tokens * (qkv_n + h / tp), kernels=4.0, flops_per_elt=0.0),
+        # unfused: explicit score and context batched GEMMs over (batch*heads)
+        gemm("attn_scores", s * unfused + flash, s * unfused + flash, head_dim, batch=b * heads_tp * unfused + flash * 0.0,
              cls="attention"),
-        memory_op("attn_softmax", "softmax", gpt * b * heads_tp * s * s, flops_per_elt=FLOPS_PER_ELEMENT["softmax"]),
-        memory_op("attn_dropout", "elementwise", gpt * b * heads_tp * s * s, reads=1.0, writes=1.5),
-        gemm("attn_context", s * gpt + llama, head_dim, s * gpt + llama, batch=b * heads_tp * gpt + llama * 0.0,
+        memory_op("attn_softmax", "softmax", unfused * b * heads_tp * s * s, flops_per_elt=FLOPS_PER_ELEMENT["softmax"]),
+        memory_op("attn_dropout", "elementwise", unfused * b * heads_tp * s * s, reads=1.0, writes=1.5),
+        gemm("attn_context", s * unfused + flash, head_dim, s * unfused + flash, batch=b * heads_tp * unfused + flash * 0.0,
              cls="attention"),
-        # Llama: fused causal FlashAttention (half the s^2 work is masked out and skipped)
-        dict(name="flash_attention", cls="attention", flops=llama * 2.0 * b * heads_tp * s * s * head_dim,
-             bytes=llama * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim,
-             m=s, n=s, k=head_dim, batch=llama * b * heads_tp + gpt, kernels=llama),
+        # flash: fused causal FlashAttention (half the s^2 work is masked out and skipped)
+        dict(name="flash_attention", cls="attention", flops=flash * 2.0 * b * heads_tp * s * s * head_dim,
+             bytes=flash * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim,
+             m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash),
         gemm("attn_out_proj", tokens, h, h / tp),
         memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),
@@ -119,19 +122,43 @@ def backward_ops(fwd_ops: list[dict], xp) -> list[dict]:
 
 
 SELECTIVE_RECOMPUTE_OPS = ("attn_scores", "attn_softmax", "attn_dropout", "attn_context", "flash_attention")
+RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP = Recompute.FULL, Recompute.SELECTIVE, Recompute.SELECTIVE_OP
 
 
-def recompute_ops(fwd_ops: list[dict], recompute, xp) -> list[dict]:
-    """Ops re-run in the backward pass: all of them for full recompute (mode 2), the attention
-    core for selective recompute (mode 1), none for mode 0. Costs are masked, not dropped, so the
-    list has a fixed length (needed under jax.jit)."""
-    full = xp.where(recompute >= Recompute.FULL, 1.0, 0.0)
-    selective = xp.where(recompute >= Recompute.SELECTIVE, 1.0, 0.0)
+def selective_op_fraction(op: dict, d: dict):
+    """Fraction of a forward op that torchtitan's op-level selective AC re-runs in the backward pass.
+    It keeps the outputs of every second matmul of a layer (counted per layer: Llama's wq, wv, w1,
+    w2; GPT's fused QKV and fc1) and of the attention kernel, and recomputes everything else: norms,
+    RoPE, activations, residuals and the other matmuls (Llama: wk, wo, w3; GPT: out-proj, fc2)."""
+    llama, name = d.llama, op["name"]
+    if name == "qkv_proj":
+        return llama * d.kv_heads / (d.heads + 2.0 * d.kv_heads)  # wk's share of the fused QKV GEMM
+    if name == "attn_out_proj":
+        return 1.0
+    if name == "mlp_up_proj":
+        return llama * 0.5  # w3 (gate w1 kept)
+    if name == "mlp_down_proj":
+        return 1.0 - llama
+    if op["cls"] == "attention":
+        return 0.0
+    return 1.0
+
+
+def recompute_ops(fwd_ops: list[dict], recompute, xp, d: dict | None = None) -> list[dict]:
+    """Ops re-run in the backward pass: all of them for full recompute, the attention core for
+    selective recompute, torchtitan's op-level choice for selective-op (needs `d`), none for none.
+    Costs are masked, not dropped, so the list has a fixed length (needed under jax.jit)."""
+    full = xp.where(recompute == RECOMPUTE_FULL, 1.0, 0.0)
+    selective = xp.where((recompute == RECOMPUTE_SELECTIVE) | (recompute == RECOMPUTE_FULL), 1.0, 0.0)
+    by_op = xp.where(recompute == RECOMPUTE_SELECTIVE_OP, 1.0, 0.0)
     out = []
     for op in fwd_ops:
         mask = selective if op["name"] in SELECTIVE_RECOMPUTE_OPS else full
+        if d is not None:
+            mask = mask + by_op * selective_op_fraction(op, d)
         out.append({**op, "name": op["name"] + ".recompute", "flops": op["flops"] * mask,
-                    "bytes": op["bytes"] * mask, "kernels": op["kernels"] * mask})
+                    "bytes": op["bytes"] * mask, "kernels": op["kernels"] * xp.minimum(mask * 1e9, 1.0),
+                    "mask": mask})
     return out
 
 

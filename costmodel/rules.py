@@ -4,8 +4,8 @@
 floats, bools; choice fields as codes, see below) and returns the resolved fields (defaults
 filled in: kv heads, FFN width, dp / num_gpus / global batch, GPU link figures, precision) and
 the first broken rule of each configuration. All three entry points call it:
-`spec.build_config` (one row), `table_config.encode_table` (a table) and
-`search.enumerate_strategies` (a strategy grid, `messages=False`: masks only).
+`spec.build_config` (one row), `tables.columns.encode_table` (a table) and
+`strategy.search.enumerate_strategies` (a strategy grid, `messages=False`: masks only).
 
 Choice fields are codes: `arch` an `Arch`, `schedule` a `Schedule`, `recompute` a `Recompute`,
 `precision` an index into PRECISIONS (UNSET = not given: the GPU's default), `gpu` an index into
@@ -26,7 +26,11 @@ from vtrain.costmodel.errors import one_line
 from vtrain.costmodel.hardware import GPUS, gpu_names
 
 ARCHS = ("gpt", "llama")
-RECOMPUTE_MODES = ("none", "selective", "full")
+ATTENTIONS = ("flash", "unfused")  # fused FlashAttention kernel | Megatron's unfused QK^T-softmax-PV
+# selective: Korthikanti et al. / Megatron (attention core recomputed); full: whole layers;
+# selective-op: torchtitan's op-level selective AC (every second matmul output and the attention
+# output kept, the rest recomputed).
+RECOMPUTE_MODES = ("none", "selective", "full", "selective-op")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 PRECISIONS = ("fp16", "bf16", "fp8")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -46,6 +50,7 @@ class Recompute(IntEnum):
     NONE = 0
     SELECTIVE = 1
     FULL = 2
+    SELECTIVE_OP = 3
 
 
 class Schedule(IntEnum):
@@ -140,6 +145,9 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     arch = f["arch"]
     E.fail(arch < 0, "arch", lambda i: f"'{_text(text, 'arch', i, arch[i])}' is unknown; use one of {', '.join(ARCHS)}")
     llama = arch == Arch.LLAMA
+    attention = f["attention"]
+    E.fail(attention < 0, "attention",
+           lambda i: f"'{_text(text, 'attention', i, attention[i])}' is unknown; use one of {', '.join(ATTENTIONS)}")
     layers, hidden, heads = f["num_layers"], f["hidden_size"], f["num_attention_heads"]
     seq = f["seq_len"]
     kv = np.where(f["num_kv_heads"] == 0, heads, f["num_kv_heads"])
@@ -273,7 +281,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         num_experts=experts, experts_per_token=top_k, moe_ffn_hidden_size=moe_ffn, shared_experts=shared,
         first_dense_layers=first_dense, ep=ep,
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_len=seq, num_kv_heads=kv,
-        ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch,
+        ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
         overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
@@ -284,5 +292,5 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     return resolved, E
 
 
-__all__ = ["check", "Errors", "divisors", "fmt_choices", "Arch", "Recompute", "Schedule", "ARCHS",
+__all__ = ["check", "Errors", "divisors", "fmt_choices", "Arch", "Recompute", "Schedule", "ARCHS", "ATTENTIONS",
            "RECOMPUTE_MODES", "SCHEDULES", "PRECISIONS", "GPU_LIST", "UNKNOWN", "UNSET"]

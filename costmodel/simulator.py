@@ -94,12 +94,13 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # --- compute per layer and micro-batch ---
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
-    rec = opgraph.recompute_ops(fwd, d.recompute, xp)
+    rec = opgraph.recompute_ops(fwd, d.recompute, xp, d)
     fwd_times = op_times(fwd, hw, correction, xp)
     t_fwd = sequence_time(fwd, fwd_times, xp)
     # A recomputed op is its forward op again, or nothing (masked): reuse the forward kernel times
     # instead of evaluating the correction networks a third time per op.
-    rec_times = [t * xp.where(r["flops"] + r["bytes"] > 0, 1.0, 0.0) for t, r in zip(fwd_times, rec)]
+    # (A partly recomputed op, e.g. one of the fused QKV projections under selective-op, takes its share.)
+    rec_times = [t * r["mask"] for t, r in zip(fwd_times, rec)]
     t_bwd = ops_time(bwd, hw, correction, xp) + sequence_time(rec, rec_times, xp)
     emb = opgraph.embedding_ops(d, xp)
     t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp)
@@ -110,15 +111,15 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     n_moe = moe.stage_moe_layers(d, xp)
     moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp))
     moe_bwd = moe.mask_shared(opgraph.backward_ops(moe_fwd, xp), d, xp)
-    moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp)
+    moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp, d)
     moe_fwd_times = op_times(moe_fwd, hw, correction, xp)
-    moe_rec_times = [t * xp.where(r["flops"] + r["bytes"] > 0, 1.0, 0.0) for t, r in zip(moe_fwd_times, moe_rec)]
+    moe_rec_times = [t * r["mask"] for t, r in zip(moe_fwd_times, moe_rec)]
     t_moe = sequence_time(moe_fwd, moe_fwd_times, xp) + ops_time(moe_bwd, hw, correction, xp) + \
         sequence_time(moe_rec, moe_rec_times, xp)
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
-    full_recompute = xp.where(d.recompute >= Recompute.FULL, 1.0, 0.0)
+    full_recompute = xp.where(d.recompute == Recompute.FULL, 1.0, 0.0)
     tp_per_layer = tp_layer * (2.0 + full_recompute)  # forward, backward, (forward again)
     tp_per_node = xp.minimum(tp, d.gpus_per_node)
     # vocabulary-parallel embedding all-reduce (fwd) and cross-entropy statistics (3 fp32 per token)

@@ -15,7 +15,7 @@ from vtrain.costmodel import rules
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.rules import (  # noqa: F401 (re-exported: the choices belong to the spec)
-    ARCHS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, UNKNOWN, UNSET, divisors, fmt_choices,
+    ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, UNKNOWN, UNSET, divisors, fmt_choices,
 )
 
 
@@ -40,6 +40,7 @@ class ModelSpec:
     ffn_hidden_size: int = 0
     vocab_size: int = 51200
     arch: str = "gpt"
+    attention: str = "flash"
     # Mixture of experts (0 experts = dense). moe_ffn_hidden_size 0 = ffn_hidden_size.
     num_experts: int = 0
     experts_per_token: int = 0
@@ -165,7 +166,7 @@ _FLOAT_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "float"}
 _BOOL_FIELDS = {name for name, kind in FIELD_KINDS.items() if kind == "bool"}
 REQUIRED_MODEL_FIELDS = ("num_layers", "hidden_size", "num_attention_heads")
 # Choice fields as coerced text (their codes go to rules.check) and every other field's default.
-CHOICE_DEFAULTS = dict(arch="gpt", gpu=ClusterSpec.gpu, precision="", schedule="1f1b", recompute="none")
+CHOICE_DEFAULTS = dict(arch="gpt", attention="flash", gpu=ClusterSpec.gpu, precision="", schedule="1f1b", recompute="none")
 FIELD_DEFAULTS = {f.name: (1 if f.name in REQUIRED_MODEL_FIELDS else f.default)
                   for cls in (ModelSpec, ParallelSpec, ClusterSpec) for f in fields(cls) if f.name not in CHOICE_DEFAULTS}
 
@@ -242,7 +243,8 @@ def build_config(values: dict) -> TrainConfig:
             raise ConfigError(name, "missing; give it in the config's [model] table, as a flag, or pick --model PRESET")
     text = {name: np.array([v.get(name, default)], dtype=object) for name, default in CHOICE_DEFAULTS.items()}
     f = {name: _row(v, name, default) for name, default in FIELD_DEFAULTS.items()}
-    for name, choices in (("arch", ARCHS), ("schedule", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
+    for name, choices in (("arch", ARCHS), ("attention", ATTENTIONS), ("schedule", SCHEDULES),
+                          ("recompute", RECOMPUTE_MODES)):
         f[name] = np.array([_code(text[name][0], choices)])
     gpu = lookup_gpu(text["gpu"][0])
     f["gpu"] = np.array([UNKNOWN if gpu is None else GPU_LIST.index(gpu)])
@@ -260,7 +262,8 @@ def config_from_fields(r: dict, i: int) -> TrainConfig:
         x = r[name][i]
         return int(x) if kind == "int" else float(x) if kind == "float" else bool(x) if kind == "bool" else x
 
-    model = ModelSpec(**{k: py(k) for k in MODEL_FIELDS if k != "arch"}, arch=ARCHS[int(r["arch"][i])])
+    model = ModelSpec(**{k: py(k) for k in MODEL_FIELDS if k not in ("arch", "attention")}, arch=ARCHS[int(r["arch"][i])],
+                      attention=ATTENTIONS[int(r["attention"][i])])
     enums = dict(schedule=SCHEDULES[int(r["schedule"][i])], recompute=RECOMPUTE_MODES[int(r["recompute"][i])])
     parallel = ParallelSpec(**{k: py(k) for k in PARALLEL_FIELDS if k not in enums}, **enums)
     cluster = ClusterSpec(gpu=GPU_LIST[int(r["gpu"][i])].name, gpus_per_node=py("gpus_per_node"),

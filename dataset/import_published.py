@@ -52,8 +52,7 @@ GPUS = [
 RECOMPUTE = [
     ("full", "full"),
     ("selective (attention core only)", "selective"),
-    ("selective (per op)", "recompute 'selective (per op)': torchtitan's op-level policy, not the attention-core "
-                           "recompute the simulator models"),
+    ("selective (per op)", "selective-op"),  # torchtitan's op-level selective AC
     ("selective (per layer)", "recompute 'selective (per layer)': torchtitan's every-other-layer checkpointing, "
                               "not modelled"),
     ("selective", "selective"),
@@ -81,6 +80,7 @@ ASSUMED = [
     ("torchtitan_a100_r07", "vocab_size", 32000, "Llama 2 tokenizer"),
     ("torchtitan_a100_r08", "vocab_size", 32000, "Llama 2 tokenizer"),
 ]
+UNFUSED_ATTENTION = ("korthikanti2022", "megatron_readme", "bloom")
 # Fields a row must give (or ASSUMED must fill) before it is predicted; anything else has a safe default.
 NEEDED = ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "vocab_size", "recompute")
 # Peak dense 16-bit FLOP/s each FLOP-based metric is quoted against, per source prefix.
@@ -149,7 +149,9 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
     if not _blank(raw.get("recompute")):
         mapped = next((target for key, target in RECOMPUTE if recompute.startswith(key)),
                       f"recompute '{raw['recompute']}': unknown")
-        if mapped in ("none", "selective", "full"):
+        if mapped == "selective" and sid.startswith("torchtitan"):
+            mapped = "selective-op"  # torchtitan's "selective" is its op-level policy (its default option)
+        if mapped in ("none", "selective", "full", "selective-op"):
             values["recompute"] = mapped
         else:
             reasons.append(mapped)
@@ -167,6 +169,10 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
     if not _blank(vpp) and float(vpp) > 1:
         values.update(vpp=int(float(vpp)), schedule="interleaved")
     values["arch"] = "llama" if "llama" in str(raw.get("model", "")).lower() else "gpt"
+    # Megatron-LM 2020-2022 (Korthikanti, the READMEs) and Megatron-DeepSpeed (BLOOM) ran the unfused
+    # attention; torchtitan and Llama 3 run FlashAttention (the default)
+    if sid.startswith(UNFUSED_ATTENTION):
+        values["attention"] = "unfused"
     notes = str(raw.get("notes", "")).lower()
     reasons += [text for key, text in NOTE_FEATURES if key in notes]
     for prefix, name, value, _why in ASSUMED:

@@ -2,7 +2,8 @@
 
 Ground truth (`ground_truth_{single,multi}.csv`, UTF-8 BOM, CRLF): Megatron-DeepSpeed on A100
 with the settings vTrain's configs imply: gpu a100-80gb, recompute full, schedule 1f1b,
-precision fp16, vocab_size 50257, gpus_per_node 8, arch gpt; iteration time ms -> s.
+precision fp16, vocab_size 50257, gpus_per_node 8, arch gpt, attention unfused
+(vTrain's Megatron runs used the unfused QK^T-softmax-PV attention); iteration time ms -> s.
 LUTs (`trace/<gpu>/AR_GPU<n>_1M_1024M_LUT`): in-place time (column -2, ns) -> s, group size n
 from the file name, ranks_per_node = n, dtype from `type` (float = fp32).
 """
@@ -31,7 +32,7 @@ GROUND_TRUTH_COLUMNS = {
 }
 TIME_COLUMN = "iteration time (ms)"
 FIXED = dict(gpu="a100-80gb", recompute="full", schedule="1f1b", precision="fp16", vocab_size=50257,
-             gpus_per_node=8, arch="gpt")
+             gpus_per_node=8, arch="gpt", attention="unfused")
 NCCL_DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
 LUT_NAME = re.compile(r"AR_GPU(\d+)_")
 

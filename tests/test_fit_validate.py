@@ -42,7 +42,7 @@ def synthetic_runs(seed=0) -> pd.DataFrame:
 
 def test_untrained_correction_equals_analytical():
     d = encode([build_config(dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=2, pp=2,
-                                  global_batch=32))])
+                                  global_batch=32, attention="unfused"))])
     plain = simulate(d)["iteration_time_s"]
     corrected = simulate(d, to_numpy(init_correction(3)))["iteration_time_s"]
     assert np.allclose(plain, corrected, rtol=1e-5)
@@ -167,7 +167,7 @@ def test_standalone_kernels_ignore_the_in_situ_part_and_the_simulator_uses_it():
     assert np.allclose(alone, kernel_time(op, 312e12, 2.0e12, without_in_situ, np))
     assert not np.allclose(alone, kernel_time(op, 312e12, 2.0e12, params, np))
     d = encode([build_config(dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=2, pp=2,
-                                  global_batch=32))])
+                                  global_batch=32, attention="unfused"))])
     assert not np.allclose(simulate(d, params)["iteration_time_s"], simulate(d, without_in_situ)["iteration_time_s"])
 
 

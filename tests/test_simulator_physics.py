@@ -59,9 +59,10 @@ def test_breakdown_sums_to_iteration_time():
 
 
 def test_memory_matches_hand_computation_for_a_small_case():
-    # GPT, 2 layers, h=64, 4 heads, seq 16, vocab 128, one GPU, fp16, no recompute.
+    # GPT, 2 layers, h=64, 4 heads, seq 16, vocab 128, one GPU, fp16, no recompute, unfused attention
+    # (Korthikanti et al.'s setting).
     cfg = build_config(dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_len=16, vocab_size=128,
-                            micro_batch=1, global_batch=1, precision="fp16"))
+                            micro_batch=1, global_batch=1, precision="fp16", attention="unfused"))
     r = ANALYTICAL.predict(cfg)
     per_layer_params = 12 * 64 * 64 + 13 * 64           # QKV+proj 4h^2, MLP 8h^2, biases 9h, norms 4h
     params = 2 * per_layer_params + 128 * 64 + 16 * 64 + 2 * 64  # + token & position embedding, final norm
@@ -76,14 +77,19 @@ def test_memory_matches_hand_computation_for_a_small_case():
 
 
 def test_recompute_and_zero_trade_memory_for_time():
+    # Korthikanti's selective recompute drops the s^2 tensors of unfused attention
     big = dict(num_layers=48, hidden_size=6144, num_attention_heads=48, num_gpus=64, tp=8, pp=4, micro_batch=4,
-               global_batch=256)
+               global_batch=256, attention="unfused")
     none, selective, full = (predict(**big, recompute=r) for r in ("none", "selective", "full"))
     assert none.memory_gib_per_gpu > selective.memory_gib_per_gpu > full.memory_gib_per_gpu
     assert none.iteration_time_s < selective.iteration_time_s < full.iteration_time_s
     z0, z1, z3 = (predict(**dict(big, pp=1, num_gpus=16), zero_stage=z) for z in (0, 1, 3))
     assert z0.memory_breakdown_gib["optimizer"] > z1.memory_breakdown_gib["optimizer"]
-    assert z1.memory_breakdown_gib["weights"] > z3.memory_breakdown_gib["weights"]
+    # ZeRO-3/FSDP keeps fp32 parameter shards (4 B/param / dp) instead of replicated 16-bit weights:
+    # the sum of the model states is what it shrinks
+    def states(r):
+        return sum(r.memory_breakdown_gib[k] for k in ("weights", "gradients", "optimizer"))
+    assert states(z1) > states(z3)
 
 
 def test_sequence_parallel_reduces_activation_memory_and_tp_crossing_nodes_is_slower():

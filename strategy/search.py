@@ -227,6 +227,8 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     t = _mask(t, keep)
     t["num_gpus"] = t["tp"] * t["pp"] * t["dp"]
     t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
+    if len(t["tp"]) == 0:  # nothing to check (rules.check would broadcast the constants to one row)
+        return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
     _, errors = rules.check(_grid_fields(cfg, t, broadcast=False), messages=False)
     return {k: t[k][errors.ok].astype(np.int64) for k in STRATEGY_FIELDS}
 

@@ -19,7 +19,7 @@ from vtrain.costmodel.encode import SimInput, config_fields, sim_input
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.presets import lookup_model, model_names
-from vtrain.costmodel.rules import ARCHS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, UNKNOWN, UNSET
+from vtrain.costmodel.rules import ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, UNKNOWN, UNSET
 from vtrain.costmodel.spec import (
     _BOOL_FIELDS, _FLOAT_FIELDS, _INT_FIELDS, ALL_FIELDS, CHOICE_DEFAULTS, FIELD_DEFAULTS, MAX_INT, MODEL_FIELDS,
     REQUIRED_MODEL_FIELDS, ConfigError, _coerce, build_config, suggest_field,
@@ -258,7 +258,8 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[SimInput, np.ndar
         if name not in f:
             f[name], _ = field(name, default)
     text = {name: field(name, default)[0] for name, default in CHOICE_DEFAULTS.items()}
-    for name, choices in (("arch", ARCHS), ("schedule", SCHEDULES), ("recompute", RECOMPUTE_MODES)):
+    for name, choices in (("arch", ARCHS), ("attention", ATTENTIONS), ("schedule", SCHEDULES),
+                          ("recompute", RECOMPUTE_MODES)):
         f[name] = _codes(text[name], choices)
     f["precision"] = np.where(text["precision"] == "", UNSET, _codes(text["precision"], PRECISIONS))
 
