@@ -2,7 +2,8 @@
 a table (vtrain.forecast) and a strategy grid (vtrain.search's enumeration).
 
 - valid configs: no NaN/inf, positive times, MFU in (0, 1), tokens/s == global_batch*seq_len/time,
-  memory per GPU never grows when recompute (none >= selective >= full) or the ZeRO stage goes up;
+  memory per GPU never grows when recompute (none >= selective >= full) or the ZeRO stage goes up
+  (0 >= 1 >= 2; stage 3 <= stage 0, see the test for why not <= 2);
 - any values (valid fields with some replaced by junk: wrong types, huge, negative, NaN, inf, empty
   or unicode text): a one-line UserError naming a field, or a sane prediction; never another
   exception; definitely-invalid values are always refused, naming the field;
@@ -227,7 +228,14 @@ def test_memory_never_grows_with_recompute_or_zero_stage(values, checkpoint):
     mem = [p.memory_gib_per_gpu for p in predictor(checkpoint).predict_many(recompute + zero)]
     by_recompute, by_zero = mem[:3], mem[3:]
     assert by_recompute == sorted(by_recompute, reverse=True), by_recompute
-    assert by_zero == sorted(by_zero, reverse=True), by_zero
+    assert by_zero[:3] == sorted(by_zero[:3], reverse=True), by_zero  # 0 >= 1 >= 2: sharding only divides
+    # ZeRO-3 / FSDP keeps fp32 parameter and gradient shards (16 B/param / dp) plus one unit's unsharded
+    # buffers, so at dp=2 in fp16 it is by design no smaller than ZeRO-2 (2 + 14/dp B/param); it is never
+    # above no ZeRO at all, and over one rank (nothing sharded) it is stage 0's layout.
+    if len(by_zero) == 4:
+        assert by_zero[3] <= by_zero[0], by_zero
+        if values["dp"] == 1:
+            assert by_zero[3] == by_zero[0], by_zero
 
 
 @settings(max_examples=budget(150))
