@@ -361,7 +361,35 @@ def iter_input(path: Path, chunk_rows: int):
         raise UserError(f"JOBS: file '{path}' not found; give a .csv or .parquet table of jobs")
     fmt = file_format(path, "JOBS")
     with user_file(path, "JOBS"):
-        return _iter_input(path, fmt, chunk_rows)
+        total, names, batches = _iter_input(path, fmt, chunk_rows)
+    return total, names, CheckedBatches(path, batches)
+
+
+class CheckedBatches:
+    """The record batches of an input table, read lazily: a read error part-way through the file
+    (a damaged parquet page, a file cut short or changed while being read, a decoding error) is a
+    one-line UserError naming the file and the rows read so far, in the library as in the CLI."""
+
+    def __init__(self, path: Path, batches):
+        self.path, self._batches, self.rows = Path(path), iter(batches), 0
+        self.schema = getattr(batches, "schema", None)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            raise
+        except UserError:
+            raise
+        except (OSError, UnicodeDecodeError, pa.ArrowException) as err:
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise UserError(f"JOBS: '{self.path}' could not be read past row {self.rows} ({reason}); the file is "
+                            "damaged or was changed while being read: re-export it") from None
+        self.rows += batch.num_rows
+        return batch
 
 
 def _iter_input(path: Path, fmt: str, chunk_rows: int):
@@ -380,6 +408,9 @@ def _iter_input(path: Path, fmt: str, chunk_rows: int):
     try:
         with open(path, "rb") as fh:
             header = fh.readline()
+        if not header.strip():
+            raise UserError(f"JOBS: '{path}' is empty; give a CSV whose first line names the columns "
+                            "(canonical fields or 'model'), one job per following line")
         _check_unique(path, pcsv.read_csv(pa.py_buffer(header)).schema.names if header.strip() else [])
         names, types, rows = _csv_types(path, block)
     except pa.ArrowInvalid as err:
@@ -395,9 +426,7 @@ class AtomicWriter:
     def __init__(self, path: Path, fmt: str):
         self.path, self.fmt = Path(path), fmt
         folder = self.path.parent
-        if not folder.is_dir():
-            raise UserError(f"--output: folder '{folder}' does not exist; create it first")
-        with user_file(self.path, "--output", "write"):
+        with user_file(self.path, "--output", "write"):  # a missing folder: "cannot write ... (No such file ...)"
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
         os.close(fd)
         self.tmp = Path(tmp)

@@ -108,11 +108,14 @@ def valid_values(draw, moe: bool | None = None):
     return values
 
 
-# Junk: values of the wrong type, huge, negative, NaN/inf, empty or unicode text.
-SPECIAL_JUNK = [float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 2 ** 40, 2 ** 63, 10 ** 30, -1, -7, 0, 2.5,
-                -0.5, 1e-300, 1e300, "", " ", "abc", "1e400", "nan", "inf", "-inf", "None", "true", "２.５", "\u200b",
-                "\x00", "🙂", [], [1], {}, {"a": 1}, (1, 2), b"\xff", True, False]
-junk = st.one_of(st.sampled_from(SPECIAL_JUNK), st.text(max_size=6), st.integers(-2 ** 70, 2 ** 70),
+# Junk: values of the wrong type, huge, negative, NaN/inf, empty or unicode text (each kind drawn often).
+SPECIAL_NUMBERS = [float("nan"), float("inf"), float("-inf"), 1e30, -1e30, 2 ** 40, 2 ** 63, 10 ** 30, -1, -7, 0, 2.5,
+                   -0.5, 1e-300, 1e300]
+SPECIAL_TEXT = ["", " ", "abc", "1e400", "nan", "inf", "-inf", "None", "true", "２.５", "\u200b", "\x00", "🙂",
+                "8\n", "a\r\nb"]
+CONTAINERS = [[], [1], {}, {"a": 1}, (1, 2), b"\xff", b"8"]
+junk = st.one_of(st.sampled_from(SPECIAL_NUMBERS), st.sampled_from(SPECIAL_TEXT), st.sampled_from(CONTAINERS),
+                 st.booleans(), st.text(max_size=6), st.integers(-2 ** 70, 2 ** 70),
                  st.floats(allow_nan=True, allow_infinity=True))
 
 
