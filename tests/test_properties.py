@@ -270,7 +270,7 @@ def _table_value(v):
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-@settings(max_examples=budget(25))
+@settings(max_examples=budget(40))
 @given(st.lists(st.one_of(valid_values(), perturbed_values()), min_size=1, max_size=8),
        st.sampled_from(CHECKPOINTS))
 def test_table_rows_match_build_config_and_good_rows_match_alone(rows, checkpoint):
