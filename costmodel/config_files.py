@@ -2,14 +2,20 @@
 
 Every loader returns a flat dict of canonical field names (see `spec.ALL_FIELDS`) with raw
 values; `resolve_config` layers preset < file < overrides and validates with `build_config`.
+Every key of a file is honoured, refused in one line naming it, or (Hugging Face keys that change
+the cost but are not modelled) reported: `read_config_file` returns the fields together with what
+reading them assumed, and `resolve_config_assumed` adds the defaults that filled the rest.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vtrain.costmodel.errors import user_file
+from vtrain.costmodel.hardware import gpu_names, lookup_gpu
 from vtrain.costmodel.presets import lookup_model, model_names
 from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, TrainConfig, build_config, suggest_field
 
@@ -33,6 +39,11 @@ VTRAIN_KEYS = {
     "inter_node_bandwidth": "inter_node_bw_Gbps",
     "intra_node_bandwidth": "intra_node_bw_GBps",
 }
+# vTrain keys that are not a canonical field: gpu_name picks the GPU (vTrain ships A100 and V100
+# traces), use_checkpoint switches activation recomputation, trace_path is where vTrain keeps its
+# profiled kernel traces (vtrain has its own kernel model, so it is read but reported as unused).
+VTRAIN_OTHER_KEYS = ("gpu_name", "use_checkpoint", "trace_path")
+VTRAIN_ALL_KEYS = tuple(VTRAIN_KEYS) + VTRAIN_OTHER_KEYS
 VTRAIN_MARKERS = ("tensor_parallel_size", "max_length", "node_size", "inter_node_bandwidth", "pipeline_parallel_size")
 
 # Hugging Face transformers config.json -> canonical model fields (first key found wins).
@@ -46,8 +57,27 @@ HF_KEYS = {
     "seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
 }
 HF_LLAMA_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "internlm", "internlm2",
-                  "yi", "deepseek", "olmo", "phi3")
+                  "yi", "deepseek", "olmo", "phi3",
+                  # MoE decoders whose expert keys _hf_moe reads
+                  "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
+# Decoder-only transformers with LayerNorm/GeLU MLPs, costed as arch gpt.
+HF_GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "gpt_neo", "opt", "bloom", "falcon", "gpt_bigcode", "codegen",
+                "starcoder2", "phi")
+HF_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 HF_MAX_SEQ_LEN = 8192  # long-context checkpoints are trained mostly at <= 8k; override with --seq-len
+
+
+@dataclass
+class ConfigSource:
+    """A config file read: its canonical `fields` and what reading it `assumed` (a list of
+    {"field", "value", "reason"} dicts: a default the format implies, or a key not modelled)."""
+
+    fields: dict
+    assumed: list = field(default_factory=list)
+
+
+def _assumed(name: str, value, reason: str) -> dict:
+    return dict(field=name, value=value, reason=reason)
 
 
 def _read_mapping(path: Path) -> dict:
@@ -77,27 +107,97 @@ def is_hf_config(data: dict) -> bool:
 
 
 def from_vtrain(data: dict) -> dict:
-    """Canonical fields from a vTrain config JSON (unknown vTrain keys are ignored)."""
-    out = {canon: data[key] for key, canon in VTRAIN_KEYS.items() if key in data}
-    # vTrain's validation setup (Megatron-DeepSpeed on A100) runs with activation checkpointing.
-    out.setdefault("recompute", "full")
-    out.setdefault("gpu", "a100-80gb")
-    out.setdefault("precision", "fp16")
-    out.setdefault("attention", "unfused")  # Megatron's unfused attention, as vTrain's runs used
-    return out
+    """Canonical fields from a vTrain config JSON (see `read_vtrain`)."""
+    return read_vtrain(data).fields
+
+
+def read_vtrain(data: dict) -> ConfigSource:
+    """A vTrain config JSON with vTrain's meaning of every key; an unknown key is refused.
+
+    gpu_name picks the GPU preset (A100 -> a100-80gb, V100 -> v100), use_checkpoint the
+    recomputation (true -> full, false -> none). Without them vTrain's validation setup is assumed
+    (A100, activation checkpointing); vTrain models fp16 mixed precision and Megatron's unfused
+    attention."""
+    for key in data:
+        if key not in VTRAIN_ALL_KEYS:
+            close = difflib.get_close_matches(key, VTRAIN_ALL_KEYS, n=1)
+            hint = (f" (did you mean '{close[0]}'?)" if close else
+                    f" ('{key}' is a vtrain field: give it as a flag, --{key.replace('_', '-')})"
+                    if key in ALL_FIELDS else "")
+            raise ConfigError(key, f"not a vTrain config key{hint}; vTrain keys: {', '.join(VTRAIN_ALL_KEYS)}")
+    out: dict = {}
+    for key, canon in VTRAIN_KEYS.items():
+        if key not in data:
+            continue
+        if canon in out and out[canon] != data[key]:
+            other = next(k for k, c in VTRAIN_KEYS.items() if c == canon and k in data)
+            raise ConfigError(key, f"{data[key]} differs from {other} = {data[other]}; keep one of them")
+        out[canon] = data[key]
+    assumed = []
+    if "gpu_name" in data:
+        gpu = lookup_gpu(str(data["gpu_name"])) if isinstance(data["gpu_name"], str) else None
+        if gpu is None:
+            raise ConfigError("gpu_name", f"'{data['gpu_name']}' is not a GPU vtrain has a preset for; use A100 or "
+                              f"V100 (vTrain's traces) or one of {', '.join(gpu_names())}")
+        out["gpu"] = gpu.name
+    else:
+        out["gpu"] = "a100-80gb"
+        assumed.append(_assumed("gpu", "a100-80gb", "no gpu_name: vTrain's A100"))
+    if "use_checkpoint" in data:
+        flag = data["use_checkpoint"]
+        if not isinstance(flag, bool):
+            raise ConfigError("use_checkpoint", f"'{flag}' is not true or false (JSON booleans)")
+        out["recompute"] = "full" if flag else "none"
+    else:
+        out["recompute"] = "full"
+        assumed.append(_assumed("recompute", "full", "no use_checkpoint: vTrain's validation runs checkpoint "
+                                                      "activations"))
+    out["precision"] = "fp16"
+    assumed.append(_assumed("precision", "fp16", "vTrain models fp16 mixed precision"))
+    out["attention"] = "unfused"
+    assumed.append(_assumed("attention", "unfused", "Megatron's unfused attention, as vTrain's runs; --attention"))
+    if "trace_path" in data:
+        assumed.append(_assumed("trace_path", data["trace_path"], "not read: vtrain costs kernels with its own "
+                                "model (--allreduce-table DIR uses vTrain's all-reduce LUTs)"))
+    return ConfigSource(out, assumed)
 
 
 def from_hf(data: dict) -> dict:
-    """Canonical model fields from a Hugging Face config.json."""
+    """Canonical model fields from a Hugging Face config.json (see `read_hf`)."""
+    return read_hf(data).fields
+
+
+def _check_hf_architecture(data: dict) -> str:
+    """The model_type (lower case), or a one-line refusal for what vtrain cannot cost."""
+    model_type = str(data.get("model_type", "")).lower()
+    costable = HF_LLAMA_TYPES + HF_GPT_TYPES
+    if data.get("is_encoder_decoder"):
+        raise ConfigError("is_encoder_decoder", "encoder-decoder models are not modelled; vtrain costs decoder-only "
+                          "transformers")
+    if model_type and model_type not in costable:
+        raise ConfigError("model_type", f"'{model_type}' is not an architecture vtrain can cost (decoder-only "
+                          f"transformers: {', '.join(costable)}); give its shape in a vtrain config instead")
+    archs = data.get("architectures") or []
+    if not model_type and archs and not any(str(a).endswith(HF_CAUSAL_SUFFIXES) for a in archs):
+        raise ConfigError("architectures", f"{archs} is not a causal language model (*ForCausalLM); vtrain costs "
+                          "decoder-only transformers")
+    return model_type
+
+
+def read_hf(data: dict) -> ConfigSource:
+    """Canonical model fields from a Hugging Face config.json, and the keys that change the cost
+    but are not modelled (reported as assumed)."""
+    model_type = _check_hf_architecture(data)
     out = {}
     for canon, keys in HF_KEYS.items():
         for key in keys:
             if data.get(key) is not None:
                 out[canon] = data[key]
                 break
-    model_type = str(data.get("model_type", "")).lower()
     gated = model_type in HF_LLAMA_TYPES or str(data.get("hidden_act", "")).lower() in ("silu", "swiglu")
     out["arch"] = "llama" if gated else "gpt"
+    assumed = [_assumed("arch", out["arch"], f"from model_type '{model_type}'" if model_type else
+                        f"from hidden_act '{data.get('hidden_act', 'gelu')}'")]
     head_dim, hidden, heads = data.get("head_dim"), out.get("hidden_size"), out.get("num_attention_heads")
     if head_dim and hidden and heads and int(head_dim) * int(heads) != int(hidden):
         raise ConfigError("head_dim", f"{head_dim} differs from hidden_size/num_attention_heads = {hidden}/{heads}; "
@@ -112,8 +212,30 @@ def from_hf(data: dict) -> dict:
             raise ConfigError(key, f"'{out['seq_len']}' in the Hugging Face config is not an integer; fix it or "
                                    "give --seq-len") from None
         out["seq_len"] = min(int(seq), HF_MAX_SEQ_LEN)
+        capped = ", capped" if seq > HF_MAX_SEQ_LEN else ""
+        assumed.append(_assumed("seq_len", out["seq_len"], f"{key} = {int(seq)}{capped}; --seq-len"))
     out.update(_hf_moe(data))
-    return out
+    assumed += _hf_unmodelled(data, out)
+    return ConfigSource(out, assumed)
+
+
+def _hf_unmodelled(data: dict, out: dict) -> list:
+    """Hugging Face keys that change the cost but that vtrain does not model, as assumed entries."""
+    notes = []
+    window = data.get("sliding_window")
+    if window and data.get("use_sliding_window", True) is not False and int(window) < int(out.get("seq_len", 0)):
+        notes.append(_assumed("sliding_window", window, "not modelled: full causal attention over seq_len"))
+    tied = data.get("tie_word_embeddings")
+    if tied is not None and bool(tied) != (out["arch"] == "gpt"):
+        counted = "tied (one vocab x hidden matrix)" if out["arch"] == "gpt" else "untied (two)"
+        notes.append(_assumed("tie_word_embeddings", tied, f"not modelled: embeddings counted {counted}"))
+    if data.get("q_lora_rank") or data.get("kv_lora_rank"):
+        notes.append(_assumed("kv_lora_rank", data.get("kv_lora_rank"), "multi-head latent attention approximated "
+                              "by multi-head attention (docs/moe.md)"))
+    for key in ("attention_bias", "mlp_bias"):
+        if data.get(key) and out["arch"] == "llama":
+            notes.append(_assumed(key, True, "not modelled: llama layers counted without biases"))
+    return notes
 
 
 def _hf_moe(data: dict) -> dict:
@@ -173,17 +295,23 @@ def preset_fields(name: str) -> dict:
     return fields
 
 
-def load_config_file(path: str | Path) -> dict:
-    """Flat canonical fields from any supported config file (format detected from content)."""
+def read_config_file(path: str | Path) -> ConfigSource:
+    """Canonical fields from any supported config file (format detected from content), with what
+    reading it assumed."""
     path = Path(path)
     data = _read_mapping(path)
     if not isinstance(data, dict):
         raise ConfigError("config", f"'{path}' must hold an object/table at top level")
     if is_vtrain_config(data):
-        return from_vtrain(data)
+        return read_vtrain(data)
     if is_hf_config(data) and not any(k in data for k in ("model", "parallel", "cluster")):
-        return from_hf(data)
-    return from_canonical(data, str(path))
+        return read_hf(data)
+    return ConfigSource(from_canonical(data, str(path)))
+
+
+def load_config_file(path: str | Path) -> dict:
+    """Flat canonical fields from any supported config file (format detected from content)."""
+    return read_config_file(path).fields
 
 
 def layer_fields(path: str | Path | None = None, model: str | None = None, overrides: dict | None = None,
@@ -203,3 +331,24 @@ def resolve_config(path: str | Path | None = None, model: str | None = None,
                    overrides: dict | None = None) -> TrainConfig:
     """Validated config from (lowest to highest priority) a file, a model preset flag, and overrides."""
     return build_config(layer_fields(path, model, overrides)[0])
+
+
+def resolve_config_assumed(path: str | Path | None = None, model: str | None = None,
+                           overrides: dict | None = None) -> tuple[TrainConfig, list]:
+    """(config, assumed): `resolve_config`, plus every value that changes the answer and that nobody
+    gave (the file format's implied values, unmodelled keys, and the defaults; see costmodel.assumed)."""
+    from vtrain.costmodel.assumed import assumed_defaults
+
+    values: dict = {}
+    source = read_config_file(path) if path else ConfigSource({})
+    values.update(source.fields)
+    given = set(source.fields)
+    later: dict = {}
+    if model:
+        later.update(preset_fields(model))
+    later.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    values.update(later)
+    cfg = build_config(values)
+    implied = [a for a in source.assumed if a["field"] not in later]
+    implied_fields = {a["field"] for a in implied}
+    return cfg, implied + [a for a in assumed_defaults(given | set(later), cfg) if a["field"] not in implied_fields]

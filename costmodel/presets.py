@@ -4,13 +4,19 @@ from __future__ import annotations
 # Each entry holds canonical model fields; missing ones take the spec defaults.
 MODELS: dict[str, dict] = {
     # GPT-3 family (Brown et al. 2020, Table 2.1); vocab padded to 51200 as in Megatron.
-    "gpt3-1.3b": dict(arch="gpt", num_layers=24, hidden_size=2048, num_attention_heads=16, seq_len=2048),
-    "gpt3-2.7b": dict(arch="gpt", num_layers=32, hidden_size=2560, num_attention_heads=32, seq_len=2048),
-    "gpt3-6.7b": dict(arch="gpt", num_layers=32, hidden_size=4096, num_attention_heads=32, seq_len=2048),
-    "gpt3-13b": dict(arch="gpt", num_layers=40, hidden_size=5120, num_attention_heads=40, seq_len=2048),
-    "gpt3-175b": dict(arch="gpt", num_layers=96, hidden_size=12288, num_attention_heads=96, seq_len=2048),
+    "gpt3-1.3b": dict(arch="gpt", num_layers=24, hidden_size=2048, num_attention_heads=16, seq_len=2048,
+                      vocab_size=51200),
+    "gpt3-2.7b": dict(arch="gpt", num_layers=32, hidden_size=2560, num_attention_heads=32, seq_len=2048,
+                      vocab_size=51200),
+    "gpt3-6.7b": dict(arch="gpt", num_layers=32, hidden_size=4096, num_attention_heads=32, seq_len=2048,
+                      vocab_size=51200),
+    "gpt3-13b": dict(arch="gpt", num_layers=40, hidden_size=5120, num_attention_heads=40, seq_len=2048,
+                     vocab_size=51200),
+    "gpt3-175b": dict(arch="gpt", num_layers=96, hidden_size=12288, num_attention_heads=96, seq_len=2048,
+                      vocab_size=51200),
     # Megatron-Turing NLG 530B (Smith et al. 2022).
-    "mt-nlg-530b": dict(arch="gpt", num_layers=105, hidden_size=20480, num_attention_heads=128, seq_len=2048),
+    "mt-nlg-530b": dict(arch="gpt", num_layers=105, hidden_size=20480, num_attention_heads=128, seq_len=2048,
+                        vocab_size=51200),
     # Llama 2 (Touvron et al. 2023) and Llama 3 (Meta 2024) Hugging Face configs.
     "llama2-7b": dict(arch="llama", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
                       ffn_hidden_size=11008, vocab_size=32000, seq_len=4096),

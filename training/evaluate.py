@@ -5,6 +5,7 @@ Every figure here comes from predictions on rows the model did not train on.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -38,11 +39,23 @@ def shape_folds(runs: pd.DataFrame, folds: int | None) -> np.ndarray:
     return shapes.map(index).to_numpy()
 
 
+def _report_fold(on_fold, fold: int, count: int, runs: pd.DataFrame, pred: np.ndarray, t0: float) -> None:
+    """Call on_fold(fold, count, held-out runs, held-out MAPE % or None, seconds) if given."""
+    if on_fold is None:
+        return
+    mape = None
+    if len(runs):
+        mape = float(np.mean(np.abs(pred - runs["iteration_time_s"].to_numpy()) / runs["iteration_time_s"].to_numpy())
+                     * 100)
+    on_fold(fold, count, len(runs), mape, time.perf_counter() - t0)
+
+
 def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = None,
-                        init: dict | None = None, split: str = "shape") -> pd.DataFrame:
+                        init: dict | None = None, split: str = "shape", on_fold=None) -> pd.DataFrame:
     """Held-out predictions for every run: one fit per fold, trained on the other folds' runs and all
     kernels/collectives. split='shape' groups by model shape; split='gpus' holds out each multi-node
-    GPU count in turn (single-node runs always train)."""
+    GPU count in turn (single-node runs always train). `on_fold` is called after each fold (see
+    `_report_fold`)."""
     runs = ds.runs.reset_index(drop=True)
     if split == "shape":
         fold_of = shape_folds(runs, folds)
@@ -50,11 +63,14 @@ def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = 
         multi = setting_label(runs) == "multi-node"
         fold_of = np.where(multi, runs["num_gpus"].to_numpy(), -1)
     pred = np.full(len(runs), np.nan)
-    for fold in sorted(set(fold_of) - {-1}):
+    held_folds = sorted(set(fold_of) - {-1})
+    for i, fold in enumerate(held_folds):
+        t0 = time.perf_counter()
         test = fold_of == fold
         params, _ = train(ds, replace(settings, label=f"fold {fold}"), runs=runs[~test], init=init)
         pred[test] = predict_runs(runs[test], params)
-    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+        _report_fold(on_fold, i, len(held_folds), runs[test], pred[test], t0)
+    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=fold_of)
     return out[~np.isnan(pred)]
 
 
@@ -87,7 +103,8 @@ def _collective_predictions(cs, params) -> pd.DataFrame:
     return pd.concat(frames) if frames else pd.DataFrame()
 
 
-def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None,
+                   on_fold=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Grouped cross-validation of the whole `vtrain fit` recipe, runs and measurements together.
 
     Fold k holds out at once the runs of the model shapes assigned to k (see `shape_folds`), the
@@ -96,6 +113,7 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
     to end on the rest only, exactly as `vtrain fit` does, and predicts everything it held out.
     Returns (run predictions, kernel/collective predictions); the latter has a `stage` column,
     "final" (the trained model, what a checkpoint ships) or "pre-trained" (after pre-training only).
+    `on_fold` is called after each fold (see `_report_fold`).
     """
     runs = ds.runs.reset_index(drop=True)
     run_fold = shape_folds(runs, folds) if len(runs) else np.zeros(0, dtype=int)
@@ -106,6 +124,7 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
     pred = np.full(len(runs), np.nan)
     frames = []
     for fold in range(count):
+        t0 = time.perf_counter()
         train_kernels, train_collectives = _measurements_where(ds, kernel_fold, coll_fold, lambda f: f != fold)
         train_part = replace(ds, kernels=train_kernels, collectives=train_collectives)
         fold_settings = replace(settings, label=f"fold {fold}")
@@ -114,6 +133,7 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
         test = run_fold == fold
         if test.any():
             pred[test] = predict_runs(runs[test], params)
+        _report_fold(on_fold, fold, count, runs[test], pred[test], t0)
         held_kernels, held_collectives = _measurements_where(ds, kernel_fold, coll_fold, lambda f: f == fold)
         for stage, p in (("final", params), ("pre-trained", None if init is None else to_numpy(init))):
             frames += [_kernel_predictions(held_kernels, p).assign(stage=stage),
@@ -121,7 +141,7 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
     measured = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not len(runs):
         return runs, measured
-    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=run_fold)
     return run_predictions[~np.isnan(pred)], measured
 
 

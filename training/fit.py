@@ -278,7 +278,10 @@ class _NoProgress:
 def _progress(settings: FitSettings):
     if not settings.progress:
         return _NoProgress()
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # on stderr, so that `vtrain validate --json > figures.json` gets the JSON only
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("val loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), transient=False)
+                    TextColumn("val loss {task.fields[loss]:.4f}"), TimeElapsedColumn(), transient=False,
+                    console=Console(stderr=True))

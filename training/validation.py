@@ -31,10 +31,23 @@ class ValidationResult:
 
 
 def validate(ds: Dataset, settings: FitSettings, folds: int | None = None, checkpoint: str | None = None,
-             with_measurements: bool = True) -> ValidationResult:
-    """Run the protocol on `ds` with the fit recipe `settings`; `folds` None = leave one shape out."""
+             with_measurements: bool = True, on_fold=None, on_table=None) -> ValidationResult:
+    """Run the protocol on `ds` with the fit recipe `settings`; `folds` None = leave one shape out.
+    Progress: `on_fold(label)` returns the callback each cross-validation calls after a fold
+    (evaluate._report_fold); `on_table(title, rows, analytical rows)` gets each table once it is ready."""
     out = ValidationResult()
-    figures, tables = out.figures, out.tables
+    figures = out.figures
+
+    class _Tables(list):
+        def append(self, entry):
+            super().append(entry)
+            if on_table is not None:
+                on_table(*entry)
+
+    tables = out.tables = _Tables()
+
+    def progress(label):
+        return on_fold(label) if on_fold is not None else None
     measured = None
     if len(ds.runs):
         baseline = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, None),
@@ -44,16 +57,17 @@ def validate(ds: Dataset, settings: FitSettings, folds: int | None = None, check
         pretrained = functools.cache(lambda: ev.pretrain(ds, settings))
         if ev.shape_key(ds.runs).nunique() > 1:  # holding out a shape needs another one to train on
             if with_measurements:
-                cv, measured = ev.cross_validate(ds, settings, folds)
+                cv, measured = ev.cross_validate(ds, settings, folds, on_fold=progress("grouped CV"))
             else:
-                cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained())
+                cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained(), on_fold=progress("grouped CV"))
             out.grouped_cv = cv
             figures["grouped_cv"] = ev.summarize(cv).to_dict("records")
             split = "runs, kernels and collectives held out together" if with_measurements else "runs held out"
             tables.append((f"Grouped CV by model shape ({split})", figures["grouped_cv"], figures["analytical"]))
         multi = ev.setting_label(ds.runs) == "multi-node"
         if ds.runs.loc[multi, "num_gpus"].nunique() > 1:
-            gpus = ev.cross_validate_runs(ds, settings, init=pretrained(), split="gpus")
+            gpus = ev.cross_validate_runs(ds, settings, init=pretrained(), split="gpus",
+                                          on_fold=progress("leave-one-GPU-count-out"))
             figures["leave_one_gpu_count_out"] = ev.summarize(gpus).to_dict("records")
             tables.append(("Leave-one-GPU-count-out (multi-node runs)", figures["leave_one_gpu_count_out"], None))
         if checkpoint:
@@ -67,7 +81,8 @@ def validate(ds: Dataset, settings: FitSettings, folds: int | None = None, check
                            figures["checkpoint"], None))
     if with_measurements and (ds.kernels.rows or ds.collectives.rows):
         if measured is None:  # no grouped run CV above: hold out measurement groups only (trained without runs)
-            _, measured = ev.cross_validate(replace(ds, runs=ds.runs.iloc[:0]), settings, folds or 5)
+            _, measured = ev.cross_validate(replace(ds, runs=ds.runs.iloc[:0]), settings, folds or 5,
+                                            on_fold=progress("kernels and collectives"))
         final = measured[measured["stage"] == "final"]
         figures["kernels_collectives_cv"] = ev.summarize_measurements(final).to_dict("records")
         figures["kernels_collectives_cv_pretrained"] = ev.summarize_measurements(
