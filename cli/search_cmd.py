@@ -55,7 +55,7 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
                         max_gpus, min_gpus, max_tp, max_pp, max_dp, max_micro_batch, max_vpp, max_ep=None):
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
     from vtrain.costmodel.config_files import layer_fields
-    from vtrain.costmodel.errors import UserError
+    from vtrain.costmodel.errors import ParameterError, UserError
     from vtrain.strategy.search import SearchSpace
     from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
 
@@ -99,7 +99,10 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
         space["sequence_parallel"] = (bool(restrict["sequence_parallel"]),)
     if "vpp" in restrict and restrict["vpp"] > 1 and "schedules" not in space:
         space["schedules"] = ("interleaved",)
-    return cfg, SearchSpace(**space)
+    try:
+        return cfg, SearchSpace(**space)
+    except ParameterError as err:  # the library names its parameters; here they are flags
+        raise UserError(err.flag_message()) from None
 
 
 def _row_strategy(r: dict) -> str:

@@ -5,13 +5,14 @@ A failure (or interrupt) part-way leaves any existing file untouched and no temp
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from vtrain.costmodel.errors import UserError, user_file
+from vtrain.costmodel.errors import file_error, user_file
 
 
 @contextmanager
@@ -25,8 +26,9 @@ def atomic_path(path: str | os.PathLike, what: str = "output", create_folder: bo
     UserError instead of being created."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    if not create_folder and not folder.is_dir():
-        raise UserError(f"{what}: folder '{folder}' does not exist; create it first")
+    if not create_folder and not folder.is_dir():  # the user_file wording: "cannot write 'p' (No such file ...)"
+        missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder))
+        raise file_error(missing, path, what, "write")
     with user_file(path, what, "write"):
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=suffix or path.suffix or ".tmp")

@@ -24,6 +24,8 @@ so the same weights run here without importing JAX.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from vtrain.costmodel.ops import OP_CLASSES  # noqa: F401 (re-exported: one network per op class)
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -33,10 +35,24 @@ def mlp_apply(params: dict, x, xp):
     """Dense layers with tanh between them; `x` is [..., features] -> [..., outputs]."""
     names = sorted(params, key=lambda name: int(name.split("_")[-1]))
     for i, name in enumerate(names):
-        x = x @ params[name]["kernel"] + params[name]["bias"]
+        x = _dense(x, params[name]["kernel"], params[name]["bias"], xp)
         if i < len(names) - 1:
             x = xp.tanh(x)
     return x
+
+
+def _dense(x, kernel, bias, xp):
+    """x @ kernel + bias. In numpy, as a fixed sequence of elementwise multiply-adds over the (few)
+    inputs: a row's result is then bit-identical whatever the other rows of the batch (a BLAS matmul
+    picks its kernel and summation order by the batch shape, so a job's prediction moved by an ulp
+    with the table around it)."""
+    if xp is not np:
+        return x @ kernel + bias
+    kernel = np.asarray(kernel)
+    acc = x[..., 0:1] * kernel[0]
+    for j in range(1, kernel.shape[0]):
+        acc = acc + x[..., j:j + 1] * kernel[j]
+    return acc + np.asarray(bias)
 
 
 def _log2(x, xp):

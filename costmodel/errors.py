@@ -9,8 +9,21 @@ import os
 from contextlib import contextmanager
 
 
+def one_line(text: str) -> str:
+    """`text` with line breaks and other unprintable characters escaped (\\n, \\r, \\x00, \\u200b), so a
+    message that echoes a user's value stays on one line."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 class UserError(ValueError):
-    """Bad input from the user (config, file, flag). The message names the field and the fix."""
+    """Bad input from the user (config, file, flag). The message names the field and the fix;
+    it is always one line (unprintable characters of echoed values are escaped)."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(one_line(message))
 
 
 def file_error(err: BaseException, path=None, what: str = "file", action: str = "read") -> UserError:

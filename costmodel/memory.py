@@ -53,7 +53,7 @@ def _states(params, d, xp, dp=None) -> tuple:
     Adam moments (12 B/param) and then the gradients; ZeRO-3 / FSDP keeps only shards: fp32
     parameters (4), gradients (4) and Adam moments (8 B/param)."""
     zero, dp = d.zero_stage, d.dp if dp is None else dp
-    fsdp = zero >= 3
+    fsdp = (zero >= 3) & (dp > 1)  # over one rank ZeRO-3 shards nothing: stage 0's layout (as search treats it)
     weights = xp.where(fsdp, 4.0 * params / dp, ACT_BYTES * params)
     grads = xp.where(fsdp, 4.0 * params / dp, d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0))
     optimizer = xp.where(fsdp, 8.0 * params / dp, 12.0 * params / xp.where(zero >= 1, dp, 1.0))
@@ -93,21 +93,23 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
                           xp.where(by_op, selective_op + per_moe_layer - per_layer,
                                    xp.where(rec == RECOMPUTE_SELECTIVE, per_moe_layer - attention_scores,
                                             per_moe_layer)))
-    is_moe = moe.is_moe(d, xp)
     # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
     # time: full recompute the layer's activations beyond its stored input, selective-op the layer's
     # activations beyond the outputs it keeps, selective the attention scores. (Counting the whole
     # layer on top of its stored input made full exceed selective when few micro-batches are in
-    # flight.) So none >= selective >= full always.
-    # MoE layers also hold one all-to-all's send and receive buffers at a time.
-    one_layer = xp.maximum(per_layer, is_moe * per_moe_layer)
-    working = xp.where(full, one_layer - stored_full_recompute,
-                       xp.where(by_op, one_layer - selective_op,
-                                xp.where(rec == RECOMPUTE_SELECTIVE, attention_scores, 0.0))) + \
-        is_moe * moe.permutation_buffer_bytes(d, xp)
+    # flight.) So none >= selective >= full always. The largest re-materialization among the kinds of
+    # layer the stage holds counts (a dense layer's, larger than a small-expert MoE layer's, made full
+    # exceed none on an all-MoE model).
+    def rematerialized(per):
+        return xp.where(full, per - stored_full_recompute,
+                        xp.where(by_op, per_layer - selective_op,
+                                 xp.where(rec == RECOMPUTE_SELECTIVE, attention_scores, 0.0)))
+
+    working_dense, working_moe = rematerialized(per_layer), rematerialized(per_moe_layer)
+    permutation = moe.permutation_buffer_bytes(d, xp)  # MoE: one all-to-all's send + receive buffers
     # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
     # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.
-    fsdp = d.zero_stage >= 3
+    fsdp = (d.zero_stage >= 3) & (d.dp > 1)  # one data-parallel rank: nothing to gather
     unsharded = xp.maximum(layer_params, embedding_params) / tp
     fsdp_weights = xp.where(fsdp, 2.0 * ACT_BYTES * unsharded, 0.0)
     fsdp_grads = xp.where(fsdp, 4.0 * unsharded, 0.0)
@@ -120,6 +122,9 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
         # routed experts: experts / ep per GPU, ZeRO-sharded over the expert-data-parallel group
         e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n), d, xp, moe.expert_dp(d))
         weights, grads, optimizer = weights + e_weights, grads + e_grads, optimizer + e_optimizer
+        has_dense, has_moe = (layers_per_stage - n) > 0, n > 0
+        working = xp.maximum(xp.where(has_dense, working_dense, 0.0), xp.where(has_moe, working_moe, 0.0)) + \
+            xp.where(has_moe, permutation, 0.0)
         activations = ((layers_per_stage - n) * stored + n * stored_moe) * micro_batches + working
         total = weights + grads + optimizer + activations + logits_bytes + FRAMEWORK_BYTES
         return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations,

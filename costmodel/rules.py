@@ -22,6 +22,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from vtrain.costmodel.errors import one_line
 from vtrain.costmodel.hardware import GPUS, gpu_names
 
 ARCHS = ("gpt", "llama")
@@ -110,10 +111,10 @@ class Errors:
         self.ok[rows] = False
 
     def lines(self) -> np.ndarray:
-        """'field: message' per row (None where the row is valid)."""
+        """'field: message' per row (None where the row is valid), each one line."""
         out = np.full(len(self.ok), None, dtype=object)
         for i in np.flatnonzero(~self.ok):
-            out[i] = f"{self.field[i]}: {self.msg[i]}"
+            out[i] = one_line(f"{self.field[i]}: {self.msg[i]}")
         return out
 
 

@@ -191,6 +191,11 @@ def _coerce(name: str, value):
         if text in ("0", "false", "no", "off", "0.0", ""):
             return False
         raise ConfigError(name, f"'{value}' is not a boolean; use true or false")
+    if name in (_INT_FIELDS | _FLOAT_FIELDS) and isinstance(value, (bool, np.bool_, bytes, bytearray)):
+        # float(True) is 1.0 and float(b"8") 8.0: a flag or raw bytes where a number belongs is a mistake
+        kind = "an integer; give a whole number" if name in _INT_FIELDS else "a number"
+        what = "a boolean" if isinstance(value, (bool, np.bool_)) else "bytes"
+        raise ConfigError(name, f"{value} is {what}, not {kind}")
     if name in _INT_FIELDS:
         try:
             as_float = float(value)

@@ -74,6 +74,69 @@ class SearchSpace:
     schedules: tuple = ("1f1b", "interleaved")
     sequence_parallel: tuple = (False, True)
 
+    def __post_init__(self):
+        """Refuse values that are not what each knob takes (ParameterError naming it); whole numbers
+        given as floats (8.0) become ints."""
+        for name in ("num_gpus", "max_gpus", "min_gpus", "max_tp", "max_pp", "max_dp", "max_micro_batch", "max_vpp"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _whole(name, value))
+        for name in ("tp", "pp", "dp", "micro_batch", "vpp"):
+            values = getattr(self, name)
+            if values is not None:
+                object.__setattr__(self, name, tuple(_whole(name, v) for v in _as_tuple(name, values)))
+        for name, choices in (("recompute", RECOMPUTE_MODES), ("zero_stages", rules.ZERO_STAGES),
+                              ("schedules", SCHEDULES), ("sequence_parallel", (False, True))):
+            values = _as_tuple(name, getattr(self, name))
+            for v in values:
+                if isinstance(v, (list, dict, set)) or v not in choices or (name == "zero_stages" and
+                                                                            isinstance(v, (bool, np.bool_))):
+                    raise ParameterError(name, f"{v!r} is not one of {', '.join(map(str, choices))}")
+            object.__setattr__(self, name, values)
+
+
+def _whole(name: str, value) -> int:
+    """`value` as a positive int below 2**40, else a ParameterError naming `name`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ParameterError(name, f"{value!r} is not an integer; give a positive whole number")
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise ParameterError(name, f"{value} must be a positive integer")
+    if value >= 2 ** 40:
+        raise ParameterError(name, f"{value} is too large; give a whole number below 2**40 (1.1e12)")
+    return int(value)
+
+
+def _as_tuple(name: str, values) -> tuple:
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise ParameterError(name, f"{values!r} must be a list of values")
+    return tuple(values)
+
+
+def _number(name: str, value, positive: bool) -> float:
+    """A finite float (> 0 with positive=True, else >= 0), else a ParameterError naming `name`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ParameterError(name, f"{value!r} is not a number")
+    value = float(value)
+    if positive and not value > 0:
+        raise ParameterError(name, f"{value:g} must be positive, e.g. 300e9")
+    if not value >= 0:
+        raise ParameterError(name, f"{value} must be >= 0")
+    if not math.isfinite(value):
+        raise ParameterError(name, f"{value} is not a finite number")
+    return value
+
+
+def check_run_parameters(cfg: TrainConfig, objective: str, top: int, price_per_gpu_hour, tokens):
+    """(top, price, tokens) checked; ParameterError naming the first bad one."""
+    if objective not in OBJECTIVES:
+        raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
+    if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)) or top <= 0:
+        raise ParameterError("top", f"{top!r} must be a positive integer")
+    price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else \
+        _number("price_per_gpu_hour", price_per_gpu_hour, positive=False)
+    tokens = None if tokens is None else _number("tokens", tokens, positive=True)
+    return int(top), price, tokens
+
 
 def _allowed(values, explicit, cap):
     out = [v for v in values if (cap is None or v <= cap)]
@@ -414,13 +477,17 @@ def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
             + (f", and ep in {fmt_choices(_ep_values(cfg, space))} dividing dp" if m.num_experts else ""))
     hint = ""
     if space.num_gpus is not None:
+        # GPU counts with a valid layout are tp*pp*dp products: the nearest ones (ties both kept), found
+        # without walking the counts one by one (a huge num_gpus would take forever).
+        want = space.num_gpus
+        wide = SearchSpace(**{**space.__dict__, "num_gpus": None, "min_gpus": 1,
+                                 "max_gpus": min(2 * max(want, 8), 2 ** 40 - 1)})
+        counts = {t * p * d for t, p, d in _layouts(cfg, wide)}
         near = []
-        for delta in range(1, max(space.num_gpus, 8)):
-            for n in (space.num_gpus - delta, space.num_gpus + delta):
-                if n >= 1 and len(_layouts(cfg, SearchSpace(**{**space.__dict__, "num_gpus": n}))) and n not in near:
-                    near.append(n)
-            if len(near) >= 2:
+        for n in sorted(counts - {want}, key=lambda n: (abs(n - want), n)):
+            if abs(n - want) >= max(want, 8) or (len(near) >= 2 and abs(n - want) > abs(near[-1] - want)):
                 break
+            near.append(int(n))
         if near:
             hint = f"; try num_gpus {' or '.join(str(n) for n in sorted(near))}"
     return f"no valid strategy for {gpus}: {rule}{hint}"
@@ -555,15 +622,7 @@ def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, time
 def search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "time", top: int = 10,
            price_per_gpu_hour: float | None = None, tokens: float | None = None) -> SearchResult:
     """Full enumeration: every valid strategy that fits, evaluated in one batched jitted call."""
-    if objective not in OBJECTIVES:
-        raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
-    if top <= 0:
-        raise ParameterError("top", f"{top} must be a positive integer")
-    price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
-    if price < 0:
-        raise ParameterError("price_per_gpu_hour", f"{price} must be >= 0")
-    if tokens is not None and tokens <= 0:
-        raise ParameterError("tokens", f"{tokens} must be positive, e.g. 300e9")
+    top, price, tokens = check_run_parameters(cfg, objective, top, price_per_gpu_hour, tokens)
     t0 = time.perf_counter()
     strategies, d, mem, fits = candidates(cfg, space)
     t1 = time.perf_counter()
@@ -667,9 +726,7 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     projected sign-gradient descent on the relaxed log2 degrees (jax.grad of log time [+ log GPUs for
     cost] + a memory-overflow penalty) from a 3x3 grid of starts, then evaluate exactly only the valid,
     fitting strategies within `radius` (in log2 units) of where the descents ended."""
-    if objective not in OBJECTIVES:
-        raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
-    price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
+    top, price, tokens = check_run_parameters(cfg, objective, top, price_per_gpu_hour, tokens)
     t0 = time.perf_counter()
     strategies, d, mem, fits = candidates(cfg, space)
     logs = np.log2(np.stack([strategies[k] for k in KNOBS], axis=1).astype(np.float64))

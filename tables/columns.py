@@ -54,8 +54,20 @@ def _to_arrow(values):
         return pa.array(values, from_pandas=True)
     try:
         return pa.array(list(values), from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed python types: keep them as text
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints beyond int64: as text
         return pa.array([None if _is_null(v) else str(v) for v in values], type=pa.string())
+
+
+def as_text_if_nested(arr):
+    """A column of lists, structs, maps or bytes (no field takes those) as text, so each cell is
+    validated like any other value (`'[1]' is not an integer`) instead of breaking the coercion."""
+    import pyarrow as pa
+
+    t = arr.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)):
+        return arr
+    return pa.array([None if v is None else str(v) for v in arr.to_pylist()], type=pa.string())
 
 
 def _is_null(v) -> bool:
@@ -99,19 +111,26 @@ def coerce_column(name: str, values) -> tuple[np.ndarray, np.ndarray, np.ndarray
     none = np.full(n, None, dtype=object)
     if pa.types.is_dictionary(t):
         arr = arr.cast(t.value_type)
-        t = arr.type
+    arr = as_text_if_nested(arr)
+    t = arr.type
     numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
     if numeric and name in (_INT_FIELDS | _FLOAT_FIELDS | _BOOL_FIELDS):
         present = arr.is_valid().to_numpy(zero_copy_only=False)
         if pa.types.is_boolean(t):
             raw = arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.float64)
         else:
-            raw = arr.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
+            # unsafe casts: uint64 beyond int64 / 2**53 are refused below as too large, not by arrow
+            raw = arr.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy(zero_copy_only=False)
             if pa.types.is_integer(t):
-                ints = arr.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+                ints = arr.cast(pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False)
         present &= ~np.isnan(raw)
         raw = np.where(present, raw, 0.0)
         errors = none.copy()
+        if pa.types.is_boolean(t) and name not in _BOOL_FIELDS:  # as spec._coerce: a flag is not a number
+            kind = "an integer; give a whole number" if name in _INT_FIELDS else "a number"
+            for i in np.flatnonzero(present):
+                errors[i] = f"{name}: {arr[int(i)].as_py()} is a boolean, not {kind}"
+            return np.where(present, 0, raw).astype(np.int64 if name in _INT_FIELDS else np.float64), present, errors
         if name in _FLOAT_FIELDS:
             return raw, present, errors
         if name in _BOOL_FIELDS:
@@ -194,7 +213,7 @@ def encode_table(columns: dict, n: int | None = None) -> tuple[SimInput, np.ndar
             preset_list.append(fields)
             return len(preset_list) - 1, None
 
-        arr = _to_arrow(columns[PRESET_COLUMN])
+        arr = as_text_if_nested(_to_arrow(columns[PRESET_COLUMN]))
         if not pa.types.is_string(arr.type) and not pa.types.is_large_string(arr.type):
             arr = arr.cast(pa.string()) if not pa.types.is_null(arr.type) else pa.array([None] * n, pa.string())
         vals, present, errors = _by_unique(arr, look, n)

@@ -30,14 +30,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vtrain.costmodel.encode import SimInput
-from vtrain.costmodel.errors import UserError, user_file
+from vtrain.costmodel.errors import UserError, one_line, user_file
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.atomic import atomic_path
 from vtrain.costmodel.cost import training_cost
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
 from vtrain.costmodel.units import GiB
-from vtrain.tables.columns import PRESET_COLUMN, check_columns, encode_table
+from vtrain.tables.columns import PRESET_COLUMN, as_text_if_nested, check_columns, encode_table
 
 RESULT_COLUMNS = ("iteration_time_s", "iteration_time_s_low", "iteration_time_s_high", "tokens_per_s", "mfu",
                   "memory_gib_per_gpu", "fits_memory")
@@ -139,11 +139,12 @@ def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     present is that row's error."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    arr = as_text_if_nested(arr)
     n = len(arr)
     errors = np.full(n, None, dtype=object)
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t):
-        values = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        values = arr.cast(pa.float64(), safe=False).fill_null(np.nan).to_numpy(zero_copy_only=False)
         present = arr.is_valid().to_numpy(zero_copy_only=False)
     else:
         text = arr.cast(pa.string())
@@ -156,7 +157,7 @@ def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 bad.append(None)
             except ValueError:
                 parsed.append(np.nan)
-                bad.append(f"{name}: '{u}' is not a number")
+                bad.append(one_line(f"{name}: '{u}' is not a number"))
         idx = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
         safe = np.where(idx >= 0, idx, 0)
         values = np.where(idx >= 0, np.array(parsed + [np.nan])[safe], np.nan)
@@ -262,7 +263,7 @@ class ForecastReport:
         if n == 0:
             return
         gpu = _gpu_labels(out.column("gpu") if "gpu" in out.schema.names else None, n)
-        team = (out.column(TEAM_COLUMN).cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(object)
+        team = (as_text_if_nested(out.column(TEAM_COLUMN).combine_chunks()).cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False).astype(object)
                 if self.has_team else np.full(n, "", dtype=object))
         keys = np.char.add(np.char.add(gpu.astype(str), "\x1f"), team.astype(str))
         uniq, inv = np.unique(keys, return_inverse=True)
@@ -305,7 +306,8 @@ def _gpu_labels(column, n: int) -> np.ndarray:
     """Canonical GPU preset name per row (the default a100-80gb when not given; raw text if unknown)."""
     if column is None:
         return np.full(n, "a100-80gb", dtype=object)
-    enc = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    enc = pc.dictionary_encode(as_text_if_nested(column.combine_chunks() if isinstance(column, pa.ChunkedArray)
+                                                 else column))
     names = []
     for u in enc.dictionary.to_pylist():
         spec = lookup_gpu(str(u))
@@ -366,7 +368,35 @@ def iter_input(path: Path, chunk_rows: int):
         raise UserError(f"JOBS: file '{path}' not found; give a .csv or .parquet table of jobs")
     fmt = file_format(path, "JOBS")
     with user_file(path, "JOBS"):
-        return _iter_input(path, fmt, chunk_rows)
+        total, names, batches = _iter_input(path, fmt, chunk_rows)
+    return total, names, CheckedBatches(path, batches)
+
+
+class CheckedBatches:
+    """The record batches of an input table, read lazily: a read error part-way through the file
+    (a damaged parquet page, a file cut short or changed while being read, a decoding error) is a
+    one-line UserError naming the file and the rows read so far, in the library as in the CLI."""
+
+    def __init__(self, path: Path, batches):
+        self.path, self._batches, self.rows = Path(path), iter(batches), 0
+        self.schema = getattr(batches, "schema", None)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            raise
+        except UserError:
+            raise
+        except (OSError, UnicodeDecodeError, pa.ArrowException) as err:
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise UserError(f"JOBS: '{self.path}' could not be read past row {self.rows} ({reason}); the file is "
+                            "damaged or was changed while being read: re-export it") from None
+        self.rows += batch.num_rows
+        return batch
 
 
 def _iter_input(path: Path, fmt: str, chunk_rows: int):
@@ -385,6 +415,9 @@ def _iter_input(path: Path, fmt: str, chunk_rows: int):
     try:
         with open(path, "rb") as fh:
             header = fh.readline()
+        if not header.strip():
+            raise UserError(f"JOBS: '{path}' is empty; give a CSV whose first line names the columns "
+                            "(canonical fields or 'model'), one job per following line")
         _check_unique(path, pcsv.read_csv(pa.py_buffer(header)).schema.names if header.strip() else [])
         names, types, rows = _csv_types(path, block)
     except pa.ArrowInvalid as err:
@@ -503,7 +536,7 @@ def _frame_to_table(df) -> pa.Table:
         col = df[name]
         try:
             arr = pa.array(col, from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints beyond int64
             arr = pa.array([None if (v is None or (isinstance(v, float) and math.isnan(v))) else str(v)
                             for v in col], type=pa.string())
         arrays.append(arr)

@@ -4,8 +4,11 @@ Unwritable outputs: the tests run as root, where a chmod'ed read-only folder is 
 an unwritable place is made by putting the output under a regular file (`blocker/out.csv`)."""
 import csv
 import json
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _one_line_error(result):
@@ -29,6 +32,9 @@ def garbage(tmp_path):
     json.dump({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
                "max_position_embeddings": "long"}, open(tmp_path / "hf.json", "w"))
     (tmp_path / "blocker").write_text("a regular file, so nothing can be created under it")
+    shipped = REPO / "checkpoints" / "default.npz"
+    (tmp_path / "broken.npz").write_bytes(shipped.read_bytes()[: shipped.stat().st_size // 3])  # cut short
+    (tmp_path / "empty.csv").write_bytes(b"")
     with open(tmp_path / "jobs.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["model", "num_gpus", "tp", "global_batch"])
@@ -37,6 +43,12 @@ def garbage(tmp_path):
 
 
 @pytest.mark.parametrize("args, names", [
+    (("predict", "--model", "gpt3-1.3b", "--num-gpus", "8", "-c", "{d}/broken.npz"), "broken.npz"),
+    (("forecast", "{d}/jobs.csv", "-o", "{d}/out.csv", "-c", "{d}/broken.npz"), "broken.npz"),
+    (("search", "--model", "gpt3-1.3b", "--max-gpus", "8", "--global-batch", "64", "-c", "{d}/broken.npz",
+      "--no-sensitivity"), "broken.npz"),
+    (("forecast", "{d}/empty.csv", "-o", "{d}/out.csv", "-c", "none"), "empty.csv"),
+    (("forecast", "{d}/jobs.csv", "-o", "{d}/missing/out.csv", "-c", "none"), "cannot write"),
     (("predict", "{d}/bin.toml", "-c", "none"), "bin.toml"),
     (("predict", "{d}/bin.json", "-c", "none"), "bin.json"),
     (("predict", "{d}/empty.toml", "-c", "none"), "num_layers"),
@@ -86,3 +98,48 @@ def test_huge_value_is_that_rows_error_and_others_are_predicted(tmp_path):
     good = [i for i in range(18) if i not in (3, 7, 9)]
     assert out.loc[good, "error"].isna().all()
     assert (out.loc[good, "iteration_time_s"] == alone.loc[0, "iteration_time_s"]).all()
+
+
+def _damaged_parquet(path, rows=40, group=10, damaged_group=2):
+    """A parquet file whose footer is intact but whose row group `damaged_group` has a garbled page
+    header: it opens, and reading fails part-way through."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"model": ["gpt3-1.3b"] * rows, "num_gpus": [8] * rows, "tp": [2] * rows,
+                      "global_batch": [64] * rows})
+    pq.write_table(table, path, row_group_size=group, compression="none")
+    column = pq.ParquetFile(path).metadata.row_group(damaged_group).column(1)
+    offset = column.dictionary_page_offset if column.dictionary_page_offset is not None else column.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[offset:offset + 16] = b"\xff" * 16
+    path.write_bytes(bytes(data))
+
+
+def test_error_part_way_through_a_table_is_one_line_in_the_library(tmp_path):
+    """A read error after some batches (here a damaged page in the third row group) is a UserError of
+    one line naming the file and the rows read, from the library itself; no output is left."""
+    from vtrain import UserError
+    from vtrain.tables.forecast import forecast_file, iter_input
+
+    src = tmp_path / "jobs.parquet"
+    _damaged_parquet(src)
+    total, _, batches = iter_input(src, 10)
+    assert total == 40
+    with pytest.raises(UserError) as err:
+        for _ in batches:
+            pass
+    assert batches.rows == 20
+    message = str(err.value)
+    assert "\n" not in message and "jobs.parquet" in message and "past row 20" in message, message
+    with pytest.raises(UserError, match="past row 20"):
+        forecast_file(src, tmp_path / "out.csv", checkpoint="none", chunk_rows=10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.parquet"]
+
+
+def test_error_part_way_through_a_table_cli(cli, tmp_path):
+    src = tmp_path / "jobs.parquet"
+    _damaged_parquet(src)
+    line = _one_line_error(cli("forecast", src, "-o", tmp_path / "out.csv", "-c", "none", "--chunk-rows", "10"))
+    assert "past row 20" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.parquet"]
