@@ -65,6 +65,10 @@ FIELD_OPTIONS = dict(
     intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),
     inter_node_bw_Gbps=typer.Option(None, "--inter-node-bw-Gbps", help="NIC Gb/s per GPU."),
     precision=typer.Option(None, "--precision", help="fp16, bf16 or fp8."),
+    peak_tflops=typer.Option(None, "--peak-tflops", help="Dense bf16/fp16 peak TFLOP/s (default from the GPU preset; "
+                             "the fp8 peak scales with it), e.g. for a power-capped part."),
+    hbm_bandwidth_GBps=typer.Option(None, "--hbm-bandwidth-GBps", help="HBM GB/s (default from the GPU preset)."),
+    gpu_memory_GiB=typer.Option(None, "--gpu-memory-GiB", help="GPU memory in GiB (default from the GPU preset)."),
 )
 # Flag value types follow the spec's field types (every flag is optional).
 FIELD_TYPES = {name: Optional[{"int": int, "float": float, "bool": bool, "str": str}[FIELD_KINDS[name]]]

@@ -161,6 +161,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from vtrain.costmodel.spec import gpu_line, gpu_overrides
+
     cfg = result.config
     m, c = cfg.model, cfg.cluster
     console = Console(width=None if sys.stdout.isatty() else 150)
@@ -191,7 +193,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                      f"{result.num_evaluated:,} evaluated ({result.method}); "
                      f"price ${result.price_per_gpu_hour:g}/GPU-hour; checkpoint: {result.checkpoint}; "
                      f"search {sum(v for k, v in t.items() if k.endswith('_s')):.2f} s. "
-                     "'limited by' = largest non-compute share of the iteration")
+                     "'limited by' = largest non-compute share of the iteration\n" + gpu_line(c))
     console.print(table)
     if sens:
         st = Table(title="sensitivity at #1 (jax.grad of log time w.r.t. log degree, global batch fixed)")
@@ -208,7 +210,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
         console.print(f"reproduce #1: vtrain predict {source} --gpu {c.gpu} --num-gpus {b['num_gpus']} --tp {b['tp']} "
                       f"--pp {b['pp']} --micro-batch {b['micro_batch']} --global-batch {b['global_batch']} "
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
-                      f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel")
+                      f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
+                      + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 
 @app.command()

@@ -6,7 +6,8 @@ validated TrainConfigs, `table_config.encode_table` for a table, `search.encode_
 strategy grid; `with_layout` swaps the parallel degrees (search's relaxed, continuous degrees).
 
 Enums are codes (recompute: rules.Recompute; schedule: rules.Schedule; llama: 1.0 for
-Arch.LLAMA, else 0.0; flash: 1.0 for attention=flash, 0.0 for unfused) and the GPU preset becomes its figures in FLOP/s, bytes and bytes/s, so the
+Arch.LLAMA, else 0.0; flash: 1.0 for attention=flash, 0.0 for unfused) and the GPU preset (with the config's peak_tflops / hbm_bandwidth_GBps / gpu_memory_GiB
+overrides) becomes its figures in FLOP/s, bytes and bytes/s, so the
 simulator never looks anything up. SimInput is a NamedTuple, hence a JAX pytree: it passes
 through jax.jit, vmap and grad as it is.
 """
@@ -94,10 +95,19 @@ _PEAK = np.array([[s.peak_flops.get(p, 0.0) for p in PRECISIONS] for s in GPU_LI
 _GRAD = np.array([GRAD_BYTES[p] for p in PRECISIONS])
 
 
+def _figure(value, unit: float, preset):
+    """An overridable GPU figure in SI units: `value` (in `unit`s) * unit, or exactly the preset's
+    SI value where `value` is the preset's (so an unchanged GPU encodes bit-identically)."""
+    si = np.asarray(value, dtype=np.float64) * unit
+    return np.where(np.isclose(si, preset, rtol=1e-12, atol=0.0), preset, si)
+
+
 def sim_input(r: dict, dtype=np.float64) -> SimInput:
     """SimInput from resolved canonical fields (rules.check's output; every row valid)."""
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
     g, prec = np.asarray(r["gpu"]), np.asarray(r["precision"])
+    # peak_tflops overrides the 16-bit peak; the other precisions' peaks scale with it
+    peak_16 = _figure(r["peak_tflops"], 1e12, _GPU["peak_flops_16"][g])
     d = SimInput(
         layers=f(r["num_layers"]), hidden=f(r["hidden_size"]), heads=f(r["num_attention_heads"]),
         kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]), seq=f(r["seq_len"]),
@@ -105,8 +115,9 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         tp=None, pp=None, dp=None, num_gpus=None, micro_batch=None, vpp=None, num_micro_batches=None,
         global_batch=f(r["global_batch"]), sp=f(r["sequence_parallel"]), recompute=f(r["recompute"]),
         zero_stage=f(r["zero_stage"]), schedule=f(r["schedule"]), overlap=f(r["overlap_grad_reduce"]),
-        peak_flops=_PEAK[g, prec], peak_flops_16=_GPU["peak_flops_16"][g], hbm_bw=_GPU["hbm_bw"][g],
-        hbm_bytes=_GPU["hbm_bytes"][g], intra_bw=f(r["intra_node_bw_GBps"]) * 1e9,
+        peak_flops=_PEAK[g, prec] * (peak_16 / _GPU["peak_flops_16"][g]), peak_flops_16=peak_16,
+        hbm_bw=_figure(r["hbm_bandwidth_GBps"], 1e9, _GPU["hbm_bw"][g]),
+        hbm_bytes=_figure(r["gpu_memory_GiB"], 1024.0**3, _GPU["hbm_bytes"][g]), intra_bw=f(r["intra_node_bw_GBps"]) * 1e9,
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
         grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),

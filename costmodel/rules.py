@@ -11,7 +11,8 @@ Choice fields are codes: `arch` an `Arch`, `schedule` a `Schedule`, `recompute` 
 `precision` an index into PRECISIONS (UNSET = not given: the GPU's default), `gpu` an index into
 GPU_LIST; UNKNOWN (-1) for a value that is none of them (`text[name]` then holds the value, for the
 message). A value of 0 in num_kv_heads, ffn_hidden_size, dp, num_gpus, global_batch,
-gpus_per_node and the bandwidths means "derive it".
+gpus_per_node, the bandwidths and the GPU figures (peak_tflops, hbm_bandwidth_GBps, gpu_memory_GiB)
+means "derive it" (from the other fields or the GPU preset).
 
 Adding a field: its default in spec, its rule here, its encoding in encode.sim_input.
 """
@@ -61,6 +62,22 @@ class Schedule(IntEnum):
 
 assert tuple(a.name.lower() for a in Arch) == ARCHS and len(Recompute) == len(RECOMPUTE_MODES)
 assert len(Schedule) == len(SCHEDULES)
+
+
+def preset_figures(spec) -> dict:
+    """A GPU preset's values of the overridable GPU figures: peak_tflops (dense 16-bit, bf16 where it
+    has it, TFLOP/s), hbm_bandwidth_GBps (GB/s) and gpu_memory_GiB (GiB)."""
+    return dict(peak_tflops=spec.peak_flops.get("bf16", spec.peak_flops["fp16"]) / 1e12,
+                hbm_bandwidth_GBps=spec.hbm_bw / 1e9, gpu_memory_GiB=spec.hbm_bytes / 1024**3)
+
+
+# field -> (preset value per GPU_LIST entry, plausible upper bound, unit hint for the message)
+GPU_FIGURES = {
+    name: (np.array([preset_figures(s)[name] for s in GPU_LIST]), limit, example)
+    for name, limit, example in (("peak_tflops", 1e5, "TFLOP/s (dense bf16/fp16), e.g. 989 for an H100 SXM"),
+                                 ("hbm_bandwidth_GBps", 1e6, "GB/s, e.g. 3350 for an H100 SXM"),
+                                 ("gpu_memory_GiB", 1e5, "GiB, e.g. 80"))
+}
 
 
 def divisors(n: int) -> list[int]:
@@ -198,6 +215,15 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     inter = np.where(inter != 0, inter, np.array([float(s.nic_Gbps) for s in GPU_LIST])[g])
     for name, val in (("gpus_per_node", gpus_per_node), ("intra_node_bw_GBps", intra), ("inter_node_bw_Gbps", inter)):
         E.fail(val <= 0, name, lambda i, val=val: f"{val[i]} must be positive")
+    # GPU figure overrides (0 = the preset's): a variant of a preset, e.g. a power-capped part
+    figures = {}
+    for name, (per_gpu, limit, example) in GPU_FIGURES.items():
+        given = np.asarray(f[name], dtype=np.float64)
+        E.fail(given < 0, name, lambda i, given=given, name=name: f"{given[i]:g} must be positive (leave {name} out "
+                                                                   "for the GPU preset's value)")
+        E.fail(given > limit, name, lambda i, given=given, example=example: f"{given[i]:g} is implausibly large; "
+                                                                             f"give it in {example}")
+        figures[name] = np.where(given > 0, given, per_gpu[g])
 
     # --- parallel ---
     for name in ("tp", "pp", "micro_batch", "vpp"):
@@ -285,7 +311,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
         overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
         gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
-        inter_node_bw_Gbps=inter.astype(np.float64), precision=prec,
+        inter_node_bw_Gbps=inter.astype(np.float64), precision=prec, **figures,
     )
     resolved = {k: (v.astype(i64, copy=False) if v.dtype.kind in "iu" else v) for k, v in resolved.items()}
     return resolved, E

@@ -38,9 +38,16 @@ COLUMNS = {
 
 # Upstream GPU text (lower-case substring, first match wins) -> canonical cluster fields, or the
 # reason the row is refused. Network figures follow the README of the published set.
+# torchtitan's H100s ("96GB HBM2e, 500W power limit"; the 405B page's "95GB HBM2e, lower TDP" is the
+# same part as torch reports it): the h100-sxm preset with
+# - gpu_memory_GiB 95: torchtitan's "GPU capacity ... 95.00GiB";
+# - hbm_bandwidth_GBps 2400: six HBM2e stacks at the H100 PCIe's pin rate (five stacks, 2.0 TB/s);
+# - peak_tflops 884: 989 TFLOP/s x (500 W / 700 W)^(1/3), the clock a 500 W cap leaves when power
+#   grows with the cube of the clock (an assumption: no datasheet exists for this part).
+H100_POWER_CAPPED = dict(gpu="h100-sxm", peak_tflops=884.0, hbm_bandwidth_GBps=2400.0, gpu_memory_GiB=95.0)
 GPUS = [
-    ("h100 96gb hbm2e", "GPU 'H100 96GB HBM2e, 500 W': no preset (power-limited part, slower than h100-sxm)"),
-    ("h100 sxm 95gb hbm2e", "GPU 'H100 95GB HBM2e, lower TDP': no preset (slower than h100-sxm)"),
+    ("h100 96gb hbm2e", H100_POWER_CAPPED),
+    ("h100 sxm 95gb hbm2e", H100_POWER_CAPPED),
     ("h100 80gb hbm3", dict(gpu="h100-sxm")),
     ("jean zay", dict(gpu="a100-80gb", inter_node_bw_Gbps=50.0)),  # 4 x 100 Gb/s Omni-Path per 8 GPUs
     ("dgx-a100, 2020", dict(gpu="a100-40gb")),  # DGX A100 shipped with 40 GB parts in 2020

@@ -64,7 +64,7 @@ def test_published_rows_kept_converted_or_refused_with_reasons(tmp_path):
     reasons = refusal_reasons(res.rejected)
     assert len(res.rejected) == 3  # one string per refused row
     assert "uneven pipeline stages (70 layers on pp=12)" in reasons
-    assert "context parallelism (cp=2)" in reasons and any(r.startswith("GPU 'H100 96GB") for r in reasons)
+    assert "context parallelism (cp=2)" in reasons and not any(r.startswith("GPU") for r in reasons)
     assert any("micro_batch not given" in r for r in reasons)
     # torchtitan's op-level selective AC is modelled (recompute=selective-op); Megatron's rows ran
     # the unfused attention, torchtitan's FlashAttention
@@ -108,3 +108,18 @@ def test_real_published_file_every_row_accounted_for():
         total = sum(1 for _ in csv.DictReader(fh))
     assert len(runs) + len(refused) == total
     assert len(runs) >= 40 and all(reasons for _, reasons in refused)
+
+
+def test_power_capped_h100_rows_import_with_the_gpu_overrides(tmp_path):
+    from vtrain.dataset.import_published import H100_POWER_CAPPED
+
+    row = dict(BASE, source_id="torchtitan_h100_2412_r01", model="Llama 3 8B", num_layers=32, hidden_size=4096,
+               ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8, seq_len=8192, vocab_size=128256,
+               gpu="H100 96GB HBM2e, 500W power limit (Grand Teton)", num_gpus=8, tp=1, pp=1, dp=8, virtual_pp="",
+               micro_batch=2, global_batch=16, seq_parallel="", recompute="selective", zero_stage="3 (FSDP2)",
+               precision="bf16 mixed", measured_metric="tokens_per_s_per_gpu", measured_value=5762.0)
+    res = convert(write_rows(tmp_path / "runs.csv", [row]), "published_runs")
+    assert not res.rejected
+    r = res.tables["runs"].iloc[0]
+    assert (r["gpu"], r["peak_tflops"], r["hbm_bandwidth_GBps"], r["gpu_memory_GiB"]) == \
+        tuple(H100_POWER_CAPPED[k] for k in ("gpu", "peak_tflops", "hbm_bandwidth_GBps", "gpu_memory_GiB"))
