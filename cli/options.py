@@ -60,6 +60,10 @@ FIELD_OPTIONS = dict(
     vpp=typer.Option(None, "--vpp", help="Virtual pipeline stages per GPU (interleaved)."),
     overlap_grad_reduce=typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                      help="Overlap DP gradient reduction with the backward pass."),
+    first_stage_layers=typer.Option(None, "--first-stage-layers", help="Layers of the first pipeline stage "
+                                    "(uneven stages; default: spread evenly)."),
+    last_stage_layers=typer.Option(None, "--last-stage-layers", help="Layers of the last pipeline stage "
+                                   "(uneven stages; default: spread evenly)."),
     ep=typer.Option(None, "--ep", help="Expert-parallel degree (inside the data-parallel group)."),
     gpus_per_node=typer.Option(None, "--gpus-per-node", help="GPUs per node (default from the GPU preset)."),
     intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),

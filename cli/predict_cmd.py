@@ -134,6 +134,7 @@ def _print_table(cfg, result, cost, price):
     from rich.console import Console
     from rich.table import Table
 
+    from vtrain.costmodel.pipeline import gpu_stage_layers
     from vtrain.costmodel.spec import gpu_line
 
     m, p, c = cfg.model, cfg.parallel, cfg.cluster
@@ -147,6 +148,9 @@ def _print_table(cfg, result, cost, price):
                 f"({p.num_micro_batches} micro-batches) schedule={p.schedule}"
                 + (f" vpp={p.vpp}" if p.vpp > 1 else "") + f" recompute={p.recompute} zero={p.zero_stage}"
                 + (" sp" if p.sequence_parallel else "") + (f" ep={p.ep}" if m.num_experts else ""))
+    stages = gpu_stage_layers(m.num_layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
+    if len(set(stages)) > 1:
+        strategy += f"\nuneven stages: layers per pipeline GPU {'+'.join(map(str, stages))} (the heaviest sets the pace)"
     caption = strategy + f"\n{gpu_line(c)}\ncheckpoint: {result.checkpoint}"
     if m.num_experts and p.ep * p.tp > c.gpus_per_node and result.checkpoint != "none":
         caption += " (the all-to-all across nodes is analytical: no measured cross-node all-to-all)"

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vtrain.costmodel.pipeline import stage_layer_counts
 from vtrain.costmodel.rules import ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, Arch
 from vtrain.costmodel.spec import TrainConfig
 
@@ -65,6 +66,12 @@ class SimInput(NamedTuple):
     shared: Any
     dense_layers: Any
     ep: Any
+    # layers held by the first, the heaviest middle, the last and the mean middle pipeline GPU
+    # (all layers / pp for even stages; pipeline.stage_layer_counts)
+    layers_first: Any
+    layers_mid: Any
+    layers_last: Any
+    layers_mid_avg: Any
 
     def map(self, fn) -> "SimInput":
         """`fn` applied to every field (e.g. a cast, padding, a device transfer)."""
@@ -81,9 +88,11 @@ class SimInput(NamedTuple):
 
 def with_layout(d: SimInput, tp, pp, dp, micro_batch, vpp) -> SimInput:
     """`d` with other parallel degrees (any array type, continuous values allowed); num_gpus and
-    the micro-batches per pipeline follow from them."""
+    the micro-batches per pipeline follow from them, and the stages hold layers / pp each (even)."""
+    even = d.layers / pp
     return d._replace(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, num_gpus=tp * pp * dp,
-                      num_micro_batches=d.global_batch / (dp * micro_batch))
+                      num_micro_batches=d.global_batch / (dp * micro_batch), layers_first=even, layers_mid=even,
+                      layers_last=even, layers_mid_avg=even)
 
 
 _GPU = dict(
@@ -121,9 +130,12 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
         grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
-        ep=f(r["ep"]),
+        ep=f(r["ep"]), layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
     )
     d = with_layout(d, f(r["tp"]), f(r["pp"]), f(r["dp"]), f(r["micro_batch"]), f(r["vpp"]))
+    stages = stage_layer_counts(r["num_layers"], r["pp"], r["vpp"], r["first_stage_layers"], r["last_stage_layers"])
+    d = d._replace(layers_first=stages["first"], layers_mid=stages["mid"], layers_last=stages["last"],
+                   layers_mid_avg=stages["mid_avg"])
     return d if dtype == np.float64 else d.map(lambda v: v.astype(dtype))
 
 

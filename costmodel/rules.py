@@ -262,12 +262,26 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
            lambda i: f"{vpp[i]} needs schedule='interleaved'; set schedule=interleaved or vpp=1")
     E.fail(interleaved & (pp == 1), "schedule", lambda i: "interleaved needs pp > 1; use schedule=1f1b or raise pp")
 
-    def _pp_msg(i):
-        nl, v_ = int(layers[i]), int(vpp[i])
-        okd = [d_ for d_ in divisors(nl) if d_ % v_ == 0] if v_ > 1 else divisors(nl)
-        return f"num_layers={nl} is not divisible by pp*vpp={pp[i]}*{v_}; use pp*vpp in {fmt_choices(okd)}"
-
-    E.fail(layers % _safe(pp * vpp, E.ok) != 0, "pp", _pp_msg)
+    # Pipeline stages: any split where every one of the pp*vpp model chunks gets >= 1 layer
+    # (pipeline.chunk_layers); first/last_stage_layers fix the first/last chunk.
+    first_l, last_l = f["first_stage_layers"], f["last_stage_layers"]
+    chunks = pp * vpp
+    for name, x in (("first_stage_layers", first_l), ("last_stage_layers", last_l)):
+        E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be >= 1 (or 0 / absent: spread the layers evenly)")
+        E.fail((x > 0) & (pp == 1), name, lambda i, x=x, name=name: f"{x[i]} needs pp > 1; drop {name} or raise pp")
+    E.fail(chunks > layers, "pp",
+           lambda i: f"pp*vpp={pp[i]}*{vpp[i]}={chunks[i]} exceeds num_layers={layers[i]}: every pipeline stage "
+                     f"needs at least one layer; use pp*vpp <= {layers[i]}")
+    fixed = (first_l > 0).astype(np.int64) + (last_l > 0)
+    rest = layers - first_l - last_l
+    free = chunks - fixed
+    E.fail((free > 0) & (rest < free), "first_stage_layers",
+           lambda i: f"first_stage_layers={first_l[i]} + last_stage_layers={last_l[i]} leave {rest[i]} of "
+                     f"num_layers={layers[i]} for the other {free[i]} stages (pp*vpp={chunks[i]}); each needs at "
+                     "least one layer")
+    E.fail((free == 0) & (rest != 0), "first_stage_layers",
+           lambda i: f"first_stage_layers={first_l[i]} + last_stage_layers={last_l[i]} must equal "
+                     f"num_layers={layers[i]} with pp*vpp=2")
     dpmb = dp * mb
     global_batch = np.where(f["global_batch"] != 0, f["global_batch"], dpmb)
     E.fail(global_batch % _safe(dpmb, E.ok) != 0, "global_batch",
@@ -309,6 +323,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
+        first_stage_layers=first_l, last_stage_layers=last_l,
         overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
         gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
         inter_node_bw_Gbps=inter.astype(np.float64), precision=prec, **figures,

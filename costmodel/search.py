@@ -103,7 +103,13 @@ def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
     """[L, 3] valid (tp, pp, dp) triples (before micro-batch choices)."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     tps = _tp_values(cfg, space)
-    pps = _allowed(divisors(layers), space.pp, space.max_pp)
+    # pipeline degrees: with a fixed GPU count every degree dividing it (uneven stages allowed, at
+    # least one layer each); otherwise the divisors of num_layers and the powers of two
+    if space.num_gpus is not None:
+        pp_cand = [p for p in divisors(space.num_gpus) if p <= layers]
+    else:
+        pp_cand = sorted(set(divisors(layers)) | {2 ** k for k in range(layers.bit_length()) if 2 ** k <= layers})
+    pps = _allowed(pp_cand, space.pp, space.max_pp)
     dps = _allowed(divisors(batch), space.dp, space.max_dp)
     rows = []
     for t in tps:
@@ -180,6 +186,9 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
             f[key] = strategies[key]
     f["sequence_parallel"] = strategies["sequence_parallel"] > 0
     f["overlap_grad_reduce"] = f["overlap_grad_reduce"].astype(bool)
+    # search picks the layout: its stages take the default split of pipeline.chunk_layers
+    f["first_stage_layers"] = np.zeros_like(f["first_stage_layers"])
+    f["last_stage_layers"] = np.zeros_like(f["last_stage_layers"])
     return f
 
 
@@ -191,7 +200,7 @@ def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
                 vpp=int(strategies["vpp"][i]), schedule=SCHEDULES[int(strategies["schedule"][i])],
                 recompute=RECOMPUTE_MODES[int(strategies["recompute"][i])],
                 sequence_parallel=bool(strategies["sequence_parallel"][i]),
-                zero_stage=int(strategies["zero_stage"][i]))
+                zero_stage=int(strategies["zero_stage"][i]), first_stage_layers=0, last_stage_layers=0)
     return flat
 
 
@@ -203,7 +212,9 @@ def encode_strategies(cfg: TrainConfig, strategies: dict, dtype=np.float64) -> S
 def memory_bytes(d: SimInput) -> np.ndarray:
     """Peak bytes per GPU (numpy, float64): the same composition as simulator.simulate's memory."""
     in_flight = in_flight_micro_batches(d.num_micro_batches, d.pp, d.vpp, d.schedule, np)
-    mem = memory_per_gpu(d, in_flight, opgraph.layer_parameters(d), opgraph.embedding_parameters(d), np)
+    in_flight_mid = in_flight_micro_batches(d.num_micro_batches, d.pp, d.vpp, d.schedule, np, stage=1.0)
+    mem = memory_per_gpu(d, in_flight, opgraph.layer_parameters(d), opgraph.embedding_parameters(d), np,
+                         in_flight_mid)
     return np.asarray(mem["total"], dtype=np.float64)
 
 
@@ -359,7 +370,7 @@ def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
     m, batch = cfg.model, cfg.parallel.global_batch
     gpus = f"{space.num_gpus} GPUs" if space.num_gpus is not None else f"{space.min_gpus}..{space.max_gpus} GPUs"
     rule = (f"tp*pp*dp must equal the GPU count with tp dividing heads={m.num_attention_heads}"
-            f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp dividing layers={m.num_layers}"
+            f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp <= layers={m.num_layers}"
             f"{' (pp<=' + str(space.max_pp) + ')' if space.max_pp else ''} and dp dividing global_batch={batch}"
             f"{' (dp<=' + str(space.max_dp) + ')' if space.max_dp else ''}")
     hint = ""

@@ -87,7 +87,6 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
     tp, pp, dp, vpp = d.tp, d.pp, d.dp, d.vpp
     m = d.num_micro_batches
-    layers_per_stage = d.layers / pp
 
     factor, overhead_per_mb = global_adjustment(correction, d, xp)
 
@@ -147,29 +146,36 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
-    def stage_layers(n):
-        """Compute, TP and EP seconds of a stage's layers (n MoE layers, the rest dense)."""
-        dense = layers_per_stage - n
+    def stage_layers(count, n):
+        """Compute, TP and EP seconds of a stage's `count` layers (n MoE layers, the rest dense)."""
+        dense = count - n
         return dense * (t_fwd + t_bwd) + n * t_moe, dense * tp_per_layer + n * tp_moe_layer, n * ep_per_layer
 
-    c_first, tp_first, ep_first = stage_layers(n_moe["first"])
-    c_mid, tp_mid, ep_mid = stage_layers(n_moe["middle"])
-    c_last, tp_last, ep_last = stage_layers(n_moe["last"])
+    # uneven stages: the first, the heaviest middle and the last GPU's own layer counts
+    c_first, tp_first, ep_first = stage_layers(d.layers_first, n_moe["first"])
+    c_mid, tp_mid, ep_mid = stage_layers(d.layers_mid, n_moe["middle"])
+    c_last, tp_last, ep_last = stage_layers(d.layers_last, n_moe["last"])
+    c_avg, tp_avg, ep_avg = stage_layers(d.layers_mid_avg, n_moe["middle_avg"])
     layers_compute = c_first
     single = pp <= 1
     first = dict(compute=c_first + t_emb + xp.where(single, t_head, 0.0),
                  tp_comm=tp_first + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb, ep_comm=ep_first)
     middle = dict(compute=c_mid, tp_comm=tp_mid, pp_comm=pp_per_mb, ep_comm=ep_mid)
     last = dict(compute=c_last + t_head, tp_comm=tp_last + tp_head, pp_comm=pp_per_mb, ep_comm=ep_last)
-    pipe = pipeline_time(first, middle, last, m, pp, vpp, xp)
+    middle_avg = dict(compute=c_avg, tp_comm=tp_avg, pp_comm=pp_per_mb, ep_comm=ep_avg)
+    pipe = pipeline_time(first, middle, last, m, pp, vpp, xp, middle_avg)
 
     # --- data-parallel gradient reduction and optimizer ---
     layer_params = opgraph.layer_parameters(d)
     embedding_params = opgraph.embedding_parameters(d)
     moe_dense_params = moe.moe_layer_dense_parameters(d, opgraph.layer_parameters)
-    # largest stage (the first: embedding); MoE layers count their non-expert parameters here
-    stage_params = ((layers_per_stage - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
+    # largest stage (the first with the embedding, or a middle one with more layers); MoE layers count
+    # their non-expert parameters here
+    stage_params = ((d.layers_first - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
                     + embedding_params) / tp
+    mid_params = xp.where(pp > 2, ((d.layers_mid - n_moe["middle"]) * layer_params
+                                   + n_moe["middle"] * moe_dense_params) / tp, 0.0)
+    stage_params = xp.maximum(stage_params, mid_params)
     grad_size = d.grad_bytes * stage_params
     dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dp)
     allreduce = _allreduce(grad_size, dp, dp_per_node, net, correction, xp)
@@ -193,7 +199,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
         collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
     t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
-    overlap_window = xp.where(d.overlap > 0, layers_per_stage * t_bwd, 0.0)
+    overlap_window = xp.where(d.overlap > 0, d.layers_first * t_bwd, 0.0)
     dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap) + zero3
 
     optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dp, 1.0) + \
@@ -208,7 +214,8 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     iteration = sum(breakdown[k] for k in BREAKDOWN_KEYS)
 
     in_flight = in_flight_micro_batches(m, pp, vpp, d.schedule, xp)
-    memory = memory_per_gpu(d, in_flight, layer_params, embedding_params, xp)
+    in_flight_mid = in_flight_micro_batches(m, pp, vpp, d.schedule, xp, stage=1.0)
+    memory = memory_per_gpu(d, in_flight, layer_params, embedding_params, xp, in_flight_mid)
     model_flops = m * dp * opgraph.model_flops_per_micro_batch(d, xp)
     mfu = model_flops / (iteration * d.num_gpus * d.peak_flops)
     tokens = d.global_batch * d.seq

@@ -122,6 +122,10 @@ class ParallelSpec:
     vpp: int = 1
     overlap_grad_reduce: bool = False
     ep: int = 1
+    # Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the
+    # first / last stage (model chunk with vpp > 1); 0 = spread evenly (pipeline.chunk_layers)
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
 
     @property
     def num_micro_batches(self) -> int:

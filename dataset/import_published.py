@@ -6,7 +6,7 @@ fields, iteration time in s) or refuses it with every reason it cannot be expres
 
 Everything that maps upstream columns and values onto canonical fields lives in the tables at the
 top of this file (COLUMNS, GPUS, RECOMPUTE, PRECISIONS, NOT_MODELLED, ASSUMED, FLOP_CONVENTIONS):
-extending the simulator (context parallelism, uneven pipeline stages, ...) means editing them.
+extending the simulator (context parallelism, ...) means editing them.
 
 `source` of a kept row is 'published:<file>#<source_id>'; `source_group(source_id)` strips the
 row suffix (`_r01`, `_L947`) and names the group the bench and `vtrain validate` report by.
@@ -188,10 +188,8 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
     missing = [name for name in NEEDED if name not in values and not _blank_reason(name, reasons)]
     if missing:
         reasons.append(f"incomplete config: {', '.join(missing)} not given")
-    layers, pp, v = values.get("num_layers"), values.get("pp"), values.get("vpp", 1)
-    if not missing and layers and pp and int(float(layers)) % (int(float(pp)) * int(v)):
-        reasons.append(f"uneven pipeline stages ({int(float(layers))} layers on pp={int(float(pp))}"
-                       + (f" x vpp={v}" if v > 1 else "") + ")")
+    # uneven pipeline stages (BLOOM's 70 layers on pp=12) take the default split of
+    # pipeline.chunk_layers, which is the 'type:transformer|embedding' partition BLOOM ran
     return values, reasons
 
 
