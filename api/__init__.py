@@ -45,7 +45,7 @@ def forecast(jobs, checkpoint: str | None = "default", devices=None, price_per_g
     'model' preset column; optional 'tokens' and 'price_per_gpu_hour'). Returns a copy with
     iteration_time_s, tokens_per_s, mfu, memory_gib_per_gpu, fits_memory, (train_days, gpu_hours,
     cost) and error columns. `devices="all"` shards the rows over all local JAX devices."""
-    from vtrain.costmodel.forecast import forecast_frame
+    from vtrain.tables.forecast import forecast_frame
 
     return forecast_frame(jobs, checkpoint=checkpoint, devices=devices, price_per_gpu_hour=price_per_gpu_hour)
 
@@ -56,8 +56,8 @@ def search(config: TrainConfig, checkpoint: str | None = "default", objective: s
     """Best strategies for `config`'s model, cluster and global batch (its own layout is ignored):
     every valid strategy on `num_gpus` (default: the config's) or on up to `max_gpus` GPUs that fits
     in memory, ranked by `objective` ('time', 'cost' or 'tokens-per-dollar'). Extra keywords go to
-    `vtrain.costmodel.search.SearchSpace` (max_tp=..., recompute=("selective", "full"), ...)."""
-    from vtrain.costmodel.search import SearchSpace, search as run_search
+    `vtrain.strategy.search.SearchSpace` (max_tp=..., recompute=("selective", "full"), ...)."""
+    from vtrain.strategy.search import SearchSpace, search as run_search
 
     if num_gpus is None and max_gpus is None:
         num_gpus = config.parallel.num_gpus

@@ -17,7 +17,7 @@ MTNLG = ["search", "--model", "mt-nlg-530b", "--gpu", "a100-80gb", "--global-bat
 
 def evals_per_second(checkpoint: str, repeats: int = 5) -> None:
     t0 = time.perf_counter()
-    from vtrain.costmodel import search as S
+    from vtrain.strategy import search as S
     from vtrain.costmodel.predictor import Predictor
     from vtrain.costmodel.presets import lookup_model
     from vtrain.costmodel.spec import build_config

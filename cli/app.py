@@ -5,6 +5,7 @@ Command modules import only light modules at import time (typer, the spec); heav
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -17,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: wraps at 80 columns instead of cutting flag names
 )
 
 
@@ -34,9 +36,23 @@ def _register_commands() -> None:
     from vtrain.cli import forecast_cmd  # noqa: F401
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised as an exception (like Ctrl-C) so the same clean-up runs: temporary files are
+    removed and nothing is half-written. A SystemExit, so typer passes it through (exit code 143)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: runs the app, turning user errors into one line + exit 2."""
+    """Console-script entry point: runs the app, turning user errors into one line + exit 2.
+    SIGTERM is handled like SIGINT: the interrupted command cleans up and the exit code is 143."""
     _register_commands()
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding program): leave its signals alone
+        previous = None
     try:
         app(args=argv, prog_name="vtrain", standalone_mode=True)
     except UserError as err:
@@ -45,6 +61,12 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, UnicodeDecodeError) as err:  # a user file no reader wrapped: still one line
         print(f"error: {file_error(err)}", file=sys.stderr)
         sys.exit(2)
+    except Terminated as err:
+        print("terminated", file=sys.stderr)
+        sys.exit(err.code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

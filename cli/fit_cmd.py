@@ -121,13 +121,15 @@ def validate(
     folds: Optional[int] = typer.Option(None, "--folds", "-k", help="Folds grouped by model shape (default: "
                                                                      "leave one shape out)."),
     steps: int = typer.Option(6000, "--steps", help="Maximum Adam steps per fold (the same recipe as `vtrain fit`)."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Random seed (kernel subsampling, initial weights, "
+                                                 "batches): the same seed gives the same figures."),
     with_measurements: bool = typer.Option(True, "--kernels/--no-kernels", help="Hold out kernel and collective "
                                            "shape groups in each fold too and score them (--no-kernels: runs only, "
                                            "every fold trains on all measurements; faster)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Save a predicted-vs-measured scatter (PNG)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or per-fold lines on stderr "
+                                                             "(the tables or --json still print)."),
 ):
     """Cross-validated accuracy: MAPE, median and p90 error per group, held out by model shape."""
     import functools

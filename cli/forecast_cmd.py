@@ -4,6 +4,7 @@ Only typer is imported at module level; pyarrow/numpy (and jax with --devices) l
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,7 +12,7 @@ from typing import Optional
 import typer
 
 from vtrain.cli.app import app
-from vtrain.cli.options import CheckpointOpt
+from vtrain.cli.options import CheckpointOpt, price_flag
 from vtrain.costmodel.atomic import atomic_write
 from vtrain.costmodel.errors import UserError
 
@@ -37,12 +38,11 @@ def forecast(
 ) -> None:
     """Forecast every job in a table: time per iteration, tokens/s, MFU, memory, fit, and (with
     tokens) days, GPU-hours and cost. Invalid rows keep their place with an 'error'."""
-    from vtrain.costmodel.forecast import forecast_file
+    from vtrain.tables.forecast import forecast_file
 
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot: '{plot}' must end in {', '.join(PLOT_FORMATS)}")
-    if price_per_gpu_hour is not None and price_per_gpu_hour < 0:
-        raise UserError(f"--price-per-gpu-hour: {price_per_gpu_hour} must be >= 0")
+    price_flag("--price-per-gpu-hour", price_per_gpu_hour)
     report = forecast_file(jobs, output, checkpoint=checkpoint, devices=devices, chunk_rows=chunk_rows,
                            default_price=price_per_gpu_hour, progress=progress and sys.stderr.isatty(),
                            need_tokens="--plot" if plot is not None else None)
@@ -66,12 +66,22 @@ def print_summary(report) -> None:
         table.add_column("team")
     for name in ("jobs", "valid", "GPU-hours", "cost", "mean MFU"):
         table.add_column(name, justify="right")
-    totals = [0, 0, 0.0, 0.0, 0.0]
+    totals = [0, 0, 0.0, 0.0, 0.0, 0, 0]
 
     def cells(acc):
-        jobs, valid, gpu_hours, cost, mfu_sum = acc
+        jobs, valid, gpu_hours, cost, mfu_sum, with_hours, with_cost = acc
         mean_mfu = f"{mfu_sum / valid * 100:.1f} %" if valid else "-"
-        money = (f"{gpu_hours:,.0f}", f"{cost:,.0f}") if report.has_cost else ("-", "-")
+        if not report.has_cost:
+            money = ("-", "-")
+        else:  # 'n/a' for jobs without tokens (GPU-hours) or without a price (cost), never a 0 for them
+            if not (math.isfinite(gpu_hours) and math.isfinite(cost)):  # each row is finite; a sum can overflow
+                raise UserError("--summary: the GPU-hour or cost total overflows a float; check the tokens and "
+                                "price_per_gpu_hour columns for absurd values")
+            hours = f"{gpu_hours:,.0f}" if with_hours else "n/a"
+            price_missing = int(with_hours - with_cost)
+            money_cell = "n/a" if not with_cost else f"{cost:,.0f}" + (f" (+{price_missing:,} n/a)"
+                                                                      if price_missing else "")
+            money = (hours, money_cell)
         return [f"{int(jobs):,}", f"{int(valid):,}", *money, mean_mfu]
 
     for (gpu, team), acc in sorted(report.groups.items()):
@@ -79,6 +89,9 @@ def print_summary(report) -> None:
         totals = [t + a for t, a in zip(totals, acc)]
     table.add_section()
     table.add_row("total", *([""] if report.has_team else []), *cells(totals))
+    if report.has_cost and totals[6] < totals[1]:
+        table.caption = ("n/a: jobs without tokens (no GPU-hours) or without a price (no cost; give a "
+                         "price_per_gpu_hour column or --price-per-gpu-hour)")
     Console().print(table)
 
 

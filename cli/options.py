@@ -1,6 +1,7 @@
 """Shared command-line options: every canonical config field as a flag (flags override files)."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import typer
@@ -27,6 +28,27 @@ def config_overrides(**flags) -> dict:
                 and value <= 0:
             raise UserError(f"--{name.replace('_', '-')}: {value} must be a positive number")
     return {k: v for k, v in flags.items() if v is not None}
+
+
+def positive_flag(flag: str, value: float | None, example: str = "") -> None:
+    """Refuse a flag value that is NaN, infinite or <= 0 (None = not given) in one line naming it."""
+    from vtrain.costmodel.errors import UserError
+
+    hint = f", e.g. {example}" if example else ""
+    if value is not None and not math.isfinite(value):
+        raise UserError(f"{flag}: {value:g} is not a finite number; give a positive number{hint}")
+    if value is not None and value <= 0:
+        raise UserError(f"{flag}: {value:g} must be positive{hint}")
+
+
+def price_flag(flag: str, value: float | None) -> None:
+    """Refuse a price that is NaN, infinite or negative (0 = free; None = not given)."""
+    from vtrain.costmodel.errors import UserError
+
+    if value is not None and not math.isfinite(value):
+        raise UserError(f"{flag}: {value:g} is not a finite number; give a price >= 0, e.g. 2.5")
+    if value is not None and value < 0:
+        raise UserError(f"{flag}: {value:g} must be >= 0")
 
 
 # The flag definitions for every canonical field, reused by commands that take a config.
@@ -79,14 +101,22 @@ FIELD_TYPES = {name: Optional[{"int": int, "float": float, "bool": bool, "str": 
                for name in FIELD_OPTIONS}
 
 
-def with_field_options(func):
+def with_field_options(func=None, *, help: dict | None = None):
     """Decorator: add every canonical field as a keyword-only flag to a typer command.
-    The command receives them in `**fields` (values None when not given)."""
+    The command receives them in `**fields` (values None when not given). `help` replaces the help
+    text of some fields (e.g. search, where --tp filters rather than sets):
+    `@with_field_options(help=dict(tp="..."))`."""
+    import copy
     import inspect
 
+    if func is None:
+        return lambda f: with_field_options(f, help=help)
     sig = inspect.signature(func)
     params = [p for p in sig.parameters.values() if p.kind != inspect.Parameter.VAR_KEYWORD]
     for name, option in FIELD_OPTIONS.items():
+        if help and name in help:
+            option = copy.copy(option)
+            option.help = help[name]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                         annotation=FIELD_TYPES[name]))
 

@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from vtrain.cli.app import app
-from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
+from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_overrides, positive_flag, price_flag,
+                                with_field_options)
 
 BREAKDOWN_LABELS = {
     "compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP all-to-all",
@@ -84,10 +85,8 @@ def predict(
     if config is None and model is None and fields.get("num_layers") is None:
         raise UserError("config: give a config file, --model PRESET, or the model fields (--num-layers ...); "
                         "see `vtrain predict --help`")
-    if price_per_gpu_hour < 0:
-        raise UserError(f"--price-per-gpu-hour: {price_per_gpu_hour} must be >= 0")
-    if tokens is not None and tokens <= 0:
-        raise UserError(f"--tokens: {tokens} must be positive, e.g. 300e9")
+    price_flag("--price-per-gpu-hour", price_per_gpu_hour)
+    positive_flag("--tokens", tokens, "300e9")
     overrides = config_overrides(gpu=gpu, **fields)
     cfg = resolve_config(config, model, overrides)
     table = load_allreduce_table(allreduce_table) if allreduce_table else None

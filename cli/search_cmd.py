@@ -11,7 +11,8 @@ import typer
 
 from vtrain.cli.app import app
 from vtrain.costmodel.atomic import atomic_write
-from vtrain.cli.options import CheckpointOpt, GpuOpt, ModelOpt, config_overrides, with_field_options
+from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_overrides, positive_flag, price_flag,
+                                with_field_options)
 
 # Canonical parallel fields that restrict the search space when given as flags.
 RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "schedule", "sequence_parallel")
@@ -54,7 +55,7 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
     from vtrain.costmodel.config_files import load_config_file, preset_fields
     from vtrain.costmodel.errors import UserError
-    from vtrain.costmodel.search import SearchSpace
+    from vtrain.strategy.search import SearchSpace
     from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
 
     if config is None and model is None and fields.get("num_layers") is None:
@@ -214,8 +215,23 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 
+# In search the layout flags filter the strategies searched instead of setting one layout.
+SEARCH_FILTER_HELP = dict(
+    tp="Only strategies with this tensor-parallel degree (default: all).",
+    pp="Only strategies with this pipeline-parallel degree (default: all).",
+    dp="Only strategies with this data-parallel degree (default: all).",
+    micro_batch="Only strategies with this micro-batch size (default: all up to --max-micro-batch).",
+    vpp="Only strategies with this virtual-pipeline degree (default: all).",
+    recompute="Only these recompute modes, comma-separated: none, selective, full (default: all).",
+    zero_stage="Only this ZeRO stage 0-3 (default: all).",
+    schedule="Only these schedules, comma-separated: 1f1b, interleaved, gpipe (default: 1f1b and interleaved).",
+    sequence_parallel="Only strategies with (or without) Megatron SP (default: both).",
+    num_gpus="Exactly this many GPUs (or --max-gpus for a range).",
+)
+
+
 @app.command()
-@with_field_options
+@with_field_options(help=SEARCH_FILTER_HELP)
 def search(
     config: Optional[Path] = typer.Argument(None, help="Config file for the model/cluster (its parallel layout "
                                                         "is ignored; its num_gpus is the default GPU count)."),
@@ -256,12 +272,14 @@ def search(
         raise UserError("search: give --json or --csv, not both")
     if output is not None and not (as_json or as_csv):
         raise UserError("--output: only with --json or --csv")
+    positive_flag("--tokens", tokens, "300e9")
+    price_flag("--price-per-gpu-hour", price_per_gpu_hour)
     cfg, space = build_search_inputs(config, model, gpu, fields, max_gpus, min_gpus, max_tp, max_pp, max_dp,
                                      max_micro_batch, max_vpp)
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)
-    from vtrain.costmodel import search as engine
+    from vtrain.strategy import search as engine
 
     engine.enable_compilation_cache()
     run = engine.guided_search if guided else engine.search
@@ -323,8 +341,11 @@ def plan(
 
     if num_gpus is None or days is None:
         raise UserError("plan: give --num-gpus N and --days D (e.g. vtrain plan --gpu h100 --num-gpus 1024 --days 30)")
-    from vtrain.costmodel import search as engine
-    from vtrain.costmodel.planning import plan as make_plan
+    positive_flag("--days", days, "30")
+    positive_flag("--tokens-per-param", tokens_per_param, "20")
+    price_flag("--price-per-gpu-hour", price_per_gpu_hour)
+    from vtrain.strategy import search as engine
+    from vtrain.strategy.planning import plan as make_plan
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)

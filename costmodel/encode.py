@@ -2,7 +2,7 @@
 
 It is built in one place, `sim_input(resolved)`, from resolved canonical fields (as `rules.check`
 returns them: choices as codes). Every entry point goes through it: `encode(configs)` for
-validated TrainConfigs, `table_config.encode_table` for a table, `search.encode_strategies` for a
+validated TrainConfigs, `tables.columns.encode_table` for a table, `strategy.search.encode_strategies` for a
 strategy grid; `with_layout` swaps the parallel degrees (search's relaxed, continuous degrees).
 
 Enums are codes (recompute: rules.Recompute; schedule: rules.Schedule; llama: 1.0 for

@@ -4,8 +4,8 @@
 floats, bools; choice fields as codes, see below) and returns the resolved fields (defaults
 filled in: kv heads, FFN width, dp / num_gpus / global batch, GPU link figures, precision) and
 the first broken rule of each configuration. All three entry points call it:
-`spec.build_config` (one row), `table_config.encode_table` (a table) and
-`search.enumerate_strategies` (a strategy grid, `messages=False`: masks only).
+`spec.build_config` (one row), `tables.columns.encode_table` (a table) and
+`strategy.search.enumerate_strategies` (a strategy grid, `messages=False`: masks only).
 
 Choice fields are codes: `arch` an `Arch`, `schedule` a `Schedule`, `recompute` a `Recompute`,
 `precision` an index into PRECISIONS (UNSET = not given: the GPU's default), `gpu` an index into

@@ -69,7 +69,7 @@ def test_huge_value_is_that_rows_error_and_others_are_predicted(tmp_path):
 
     import pandas as pd
 
-    from vtrain.costmodel.forecast import forecast_frame
+    from vtrain.tables.forecast import forecast_frame
 
     rows = [dict(model="gpt3-1.3b", num_layers=24, num_gpus=8, tp=2, global_batch=64) for _ in range(18)]
     rows[3]["num_layers"] = 1e30

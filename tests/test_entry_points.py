@@ -8,9 +8,9 @@ import pytest
 
 from vtrain.costmodel.encode import SimInput, encode
 from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors
-from vtrain.costmodel.search import SearchSpace, encode_strategies, enumerate_strategies, strategy_values
+from vtrain.strategy.search import SearchSpace, encode_strategies, enumerate_strategies, strategy_values
 from vtrain.costmodel.spec import ConfigError, build_config
-from vtrain.costmodel.table_config import encode_table
+from vtrain.tables.columns import encode_table
 
 BASE = dict(arch="llama", num_layers=16, hidden_size=1024, num_attention_heads=16, num_kv_heads=4, seq_len=1024,
             global_batch=64, gpu="h100-sxm", precision="bf16")

@@ -14,7 +14,7 @@ import pytest
 
 import vtrain
 from vtrain.cli.app import main
-from vtrain.costmodel import forecast as fc
+from vtrain.tables import forecast as fc
 from vtrain.costmodel.config_files import preset_fields
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, build_config
@@ -226,7 +226,9 @@ def test_summary_and_plot(tmp_path, capsys):
         line = next(ln for ln in out.splitlines() if gpu in ln and team in ln)
         cells = [c.strip() for c in line.split("│") if c.strip()]
         assert cells[2] == f"{len(group):,}" and cells[3] == f"{group['error'].isna().sum():,}", line
-        assert cells[5] == f"{group['cost'].sum():,.0f}", line
+        no_price = int((group["gpu_hours"].notna() & group["cost"].isna()).sum())
+        expected = f"{group['cost'].sum():,.0f}" if group["cost"].notna().any() else "n/a"
+        assert cells[5] == expected + (f" (+{no_price:,} n/a)" if no_price and expected != "n/a" else ""), line
     total = next(ln for ln in out.splitlines() if ln.strip("│ ").startswith("total"))
     assert f"{len(result):,}" in total and f"{result['gpu_hours'].sum():,.0f}" in total
     # the report's most expensive jobs are the output's
@@ -258,7 +260,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, pandas as pd
     import jax
-    from vtrain.costmodel import forecast as fc
+    from vtrain.tables import forecast as fc
     from vtrain.costmodel.predictor import Predictor
     jobs = pd.read_parquet(sys.argv[1])
     p = Predictor.load("none")

@@ -11,7 +11,7 @@ from vtrain.costmodel.config_files import preset_fields
 from vtrain.costmodel.encode import encode
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.spec import ALL_FIELDS, ConfigError, build_config
-from vtrain.costmodel.table_config import check_columns, encode_table
+from vtrain.tables.columns import check_columns, encode_table
 
 # Per field: sensible values (which still combine into invalid configs: tp not dividing heads,
 # batch not divisible by dp, ...) and plainly bad ones; a few fields per row get a bad value.

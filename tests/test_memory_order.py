@@ -15,9 +15,10 @@ def _memory_by_mode(values: dict) -> list[float]:
 
 
 def test_fewer_micro_batches_than_stages_issue_repro():
-    # issue 19: 2 micro-batches on 32 stages gave 4.28 / 3.50 / 4.16 GiB (full above selective); the
-    # report's GPT ran the unfused attention (the default before issue 17's attention field; with
-    # flash the logits-holding last stage sets the peak in all three modes)
+    # issue 19: 2 micro-batches on 32 stages gave 4.28 / 3.50 / 4.16 GiB (full above selective).
+    # The issue's run used unfused attention (then the only kind for arch=gpt); with flash attention
+    # and one layer per stage the peak stage holds the same bytes in every mode, so the strict
+    # inequality below needs the s^2 scores that selective and full recompute drop.
     none, selective, full = _memory_by_mode(dict(
         num_layers=32, hidden_size=2560, num_attention_heads=32, num_gpus=128, tp=4, pp=32, micro_batch=4,
         global_batch=8, zero_stage=1, gpu="b200", attention="unfused"))

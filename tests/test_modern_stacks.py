@@ -3,7 +3,7 @@ import pytest
 
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.spec import ConfigError, build_config
-from vtrain.costmodel.table_config import encode_table
+from vtrain.tables.columns import encode_table
 from vtrain.costmodel.encode import encode
 
 ANALYTICAL = Predictor.load("none")

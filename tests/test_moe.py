@@ -10,7 +10,7 @@ from vtrain.costmodel.encode import encode
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.presets import lookup_model
 from vtrain.costmodel.spec import ConfigError, build_config
-from vtrain.costmodel.table_config import encode_table
+from vtrain.tables.columns import encode_table
 
 ANALYTICAL = Predictor.load("none")
 DENSE = dict(arch="llama", num_layers=8, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=5632,
@@ -180,7 +180,7 @@ def test_forecast_accepts_moe_columns_and_search_refuses_moe_models():
 
     from vtrain import forecast
     from vtrain.costmodel.errors import UserError
-    from vtrain.costmodel.search import SearchSpace, search
+    from vtrain.strategy.search import SearchSpace, search
 
     jobs = pd.DataFrame(dict(model=["mixtral-8x7b", "mixtral-8x7b", "llama2-7b"], num_gpus=[16, 16, 8], ep=[8, 3, 1],
                              global_batch=[64, 64, 64]))

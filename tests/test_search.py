@@ -9,7 +9,7 @@ from vtrain.costmodel.encode import encode
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.presets import lookup_model
-from vtrain.costmodel.search import (SearchSpace, encode_strategies, enumerate_strategies, guided_search,
+from vtrain.strategy.search import (SearchSpace, encode_strategies, enumerate_strategies, guided_search,
                                      search, sensitivity, strategy_values)
 from vtrain.costmodel.simulator import simulate
 from vtrain.costmodel.spec import RECOMPUTE_MODES, ConfigError, build_config
@@ -167,7 +167,7 @@ def test_sensitivity_matches_finite_differences(predictor):
 
 
 def test_compile_cache_is_keyed_on_the_table_content_not_its_id():
-    from vtrain.costmodel.search import _table_key
+    from vtrain.strategy.search import _table_key
 
     table = dict(sizes=np.array([1e3, 1e6]), times=np.array([[1e-5, 1e-3]]), groups=[8])
     same = {k: (v.copy() if isinstance(v, np.ndarray) else list(v)) for k, v in table.items()}

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 from vtrain.cli import search_cmd  # noqa: F401  (registers the commands)
 from vtrain.cli.app import app
 from vtrain.costmodel.errors import UserError
-from vtrain.costmodel.planning import plan
+from vtrain.strategy.planning import plan
 from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.presets import lookup_model
-from vtrain.costmodel.search import SearchSpace, search
+from vtrain.strategy.search import SearchSpace, search
 from vtrain.costmodel.spec import build_config
 
 SMALL = ["search", "--model", "gpt3-1.3b", "--gpu", "v100", "--global-batch", "128", "-c", "none"]

@@ -34,7 +34,7 @@ from vtrain.costmodel.errors import UserError, user_file
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
-from vtrain.costmodel.table_config import PRESET_COLUMN, check_columns, encode_table
+from vtrain.tables.columns import PRESET_COLUMN, check_columns, encode_table
 
 RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory")
 COST_COLUMNS = ("train_days", "gpu_hours", "cost")
@@ -129,7 +129,9 @@ def make_evaluator(predictor: Predictor, devices: str | int | None = None):
 # ---------------------------------------------------------------- one chunk
 
 def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(values, present, errors) for a numeric side column such as tokens or price."""
+    """(values, present, errors) for a numeric side column such as tokens or price. A null cell is
+    absent (pandas' NaN and CSV's empty/'nan' cells arrive as null); a NaN or infinite value that is
+    present is that row's error."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     n = len(arr)
@@ -137,6 +139,7 @@ def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     t = arr.type
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t):
         values = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        present = arr.is_valid().to_numpy(zero_copy_only=False)
     else:
         text = arr.cast(pa.string())
         enc = pc.dictionary_encode(text)
@@ -153,7 +156,9 @@ def _float_column(name: str, arr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         safe = np.where(idx >= 0, idx, 0)
         values = np.where(idx >= 0, np.array(parsed + [np.nan])[safe], np.nan)
         errors = np.where(idx >= 0, np.array(bad + [None], dtype=object)[safe], None)
-    present = ~np.isnan(values)
+        present = (idx >= 0) & (errors == None)  # noqa: E711
+    for i in np.flatnonzero(present & ~np.isfinite(values)):
+        errors[i] = f"{name}: {values[i]:g} is not a finite number; give a finite value (or leave the cell empty)"
     return values, present, errors
 
 
@@ -185,10 +190,20 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
             price = np.full(n, np.nan)
         if default_price is not None:
             price = np.where(np.isnan(price), float(default_price), price)
-    bad = errors != None  # noqa: E711
     res = evaluator(d) if n else {k: np.zeros(0) for k in ("iteration_time_s", "tokens_per_s", "mfu", "memory",
                                                                "fits_memory")}
     it = np.asarray(res["iteration_time_s"], dtype=np.float64)
+    if has_tokens:
+        with np.errstate(all="ignore"):
+            iterations = tokens / (d.global_batch * d.seq)
+            seconds = iterations * it
+            gpu_hours = seconds / 3600.0 * d.num_gpus
+            money = gpu_hours * price
+        _first_error(errors, tok_present & ~np.isfinite(gpu_hours),
+                     lambda i: f"tokens: {tokens[i]:g} gives a non-finite GPU-hour count; give a realistic count")
+        _first_error(errors, tok_present & ~np.isnan(price) & ~np.isfinite(money),
+                     lambda i: f"price_per_gpu_hour: {price[i]:g} gives a non-finite cost; give a realistic price")
+    bad = errors != None  # noqa: E711
     new: dict[str, pa.Array] = {
         "iteration_time_s": pa.array(it, mask=bad, type=pa.float64()),
         "tokens_per_s": pa.array(np.asarray(res["tokens_per_s"], np.float64), mask=bad, type=pa.float64()),
@@ -197,13 +212,10 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
         "fits_memory": pa.array(np.asarray(res["fits_memory"], bool), mask=bad, type=pa.bool_()),
     }
     if has_tokens:
-        iterations = tokens / (d.global_batch * d.seq)
-        seconds = iterations * it
-        gpu_hours = seconds / 3600.0 * d.num_gpus
-        no_tokens = bad | np.isnan(tokens)
+        no_tokens = bad | ~tok_present
         new["train_days"] = pa.array(seconds / SECONDS_PER_DAY, mask=no_tokens, type=pa.float64())
         new["gpu_hours"] = pa.array(gpu_hours, mask=no_tokens, type=pa.float64())
-        new["cost"] = pa.array(gpu_hours * price, mask=no_tokens | np.isnan(price), type=pa.float64())
+        new["cost"] = pa.array(money, mask=no_tokens | np.isnan(price), type=pa.float64())
     new[ERROR_COLUMN] = pa.array(errors, type=pa.string())
     out = batch
     for name, arr in new.items():
@@ -226,7 +238,8 @@ class ForecastReport:
     devices: int = 1
     has_cost: bool = False
     has_team: bool = False
-    groups: dict = field(default_factory=dict)  # (gpu, team) -> [jobs, valid, gpu_hours, cost, mfu_sum]
+    # (gpu, team) -> [jobs, valid, gpu_hours, cost, mfu_sum, rows with gpu_hours, rows with a cost]
+    groups: dict = field(default_factory=dict)
     top_value: np.ndarray = field(default_factory=lambda: np.zeros(0))
     top_label: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     top_metric: str = "cost"
@@ -253,11 +266,14 @@ class ForecastReport:
         mfu = col("mfu")
         gh = col("gpu_hours") if self.has_cost else np.zeros(n)
         cost = col("cost") if self.has_cost else np.zeros(n)
-        sums = [np.bincount(inv, weights=w, minlength=len(uniq)) for w in (np.ones(n), err * 1.0, gh, cost, mfu)]
+        counted = [out.column(c).is_valid().to_numpy(zero_copy_only=False) * 1.0 if self.has_cost else np.zeros(n)
+                   for c in ("gpu_hours", "cost")]
+        weights = (np.ones(n), err * 1.0, gh, cost, mfu, *counted)
+        sums = [np.bincount(inv, weights=w, minlength=len(uniq)) for w in weights]
         for j, key in enumerate(uniq):
             g, t = str(key).split("\x1f")
-            acc = self.groups.setdefault((g, t), [0, 0, 0.0, 0.0, 0.0])
-            for m in range(5):
+            acc = self.groups.setdefault((g, t), [0, 0, 0.0, 0.0, 0.0, 0, 0])
+            for m in range(len(weights)):
                 acc[m] += sums[m][j]
         if self.has_cost:
             has_price = out.column("cost").null_count < n

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from vtrain.costmodel.errors import UserError
-from vtrain.costmodel.search import SearchSpace, default_price, search
+from vtrain.strategy.search import SearchSpace, default_price, search
 from vtrain.costmodel.spec import build_config
 
 # Hidden sizes of the candidate ladder; layers = hidden / 128 (GPT-3's aspect ratio for >= 6.7B),
