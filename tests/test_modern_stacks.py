@@ -138,7 +138,7 @@ def test_gpu_overrides_reach_tables_search_and_follow_a_gpu_change():
 
 
 def test_search_honours_the_gpu_memory_override():
-    from vtrain.costmodel.search import SearchSpace, search
+    from vtrain.strategy.search import SearchSpace, search
 
     big = dict(num_layers=16, hidden_size=4096, num_attention_heads=32, seq_len=2048, global_batch=64,
                num_gpus=8, gpu="h100-sxm")

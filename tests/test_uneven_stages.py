@@ -3,7 +3,7 @@ import pytest
 
 from vtrain.costmodel.pipeline import chunk_layers, gpu_stage_layers
 from vtrain.costmodel.predictor import Predictor
-from vtrain.costmodel.search import SearchSpace, enumerate_strategies
+from vtrain.strategy.search import SearchSpace, enumerate_strategies
 from vtrain.costmodel.spec import build_config
 
 ANALYTICAL = Predictor.load("none")
