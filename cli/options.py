@@ -86,6 +86,8 @@ FIELD_OPTIONS = dict(
                                     "(uneven stages; default: spread evenly)."),
     last_stage_layers=typer.Option(None, "--last-stage-layers", help="Layers of the last pipeline stage "
                                    "(uneven stages; default: spread evenly)."),
+    cp=typer.Option(None, "--cp", help="Context-parallel degree: each sequence split over cp GPUs (ring attention; "
+                    "dp = num_gpus/(tp*pp*cp))."),
     ep=typer.Option(None, "--ep", help="Expert-parallel degree (inside the data-parallel group)."),
     gpus_per_node=typer.Option(None, "--gpus-per-node", help="GPUs per node (default from the GPU preset)."),
     intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),

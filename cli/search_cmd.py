@@ -180,7 +180,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
         table.add_column(col, justify="left" if col in ("sched", "recomp", "limited by") else "right")
     for r in result.top:
         sched = f"v{r['vpp']}" if r["schedule"] == "interleaved" else r["schedule"]
-        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["num_gpus"]), str(r["micro_batch"]),
+        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]) + (f" cp{r['cp']}" if r.get("cp", 1) > 1 else ""),
+               str(r["num_gpus"]), str(r["micro_batch"]),
                sched, r["recompute"], "y" if r["sequence_parallel"] else "-", str(r["zero_stage"]),
                _fmt_time(r["iteration_time_s"]), f"{r['mfu'] * 100:.1f}%",
                f"{r['memory_gib']:.1f} ({r['memory_headroom_pct']:.0f}%)",
@@ -212,6 +213,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--pp {b['pp']} --micro-batch {b['micro_batch']} --global-batch {b['global_batch']} "
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
+                      + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 

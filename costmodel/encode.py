@@ -72,6 +72,8 @@ class SimInput(NamedTuple):
     layers_mid: Any
     layers_last: Any
     layers_mid_avg: Any
+    # context parallelism: `seq` above is the tokens of a sequence on one cp rank (seq_len / cp)
+    cp: Any
 
     def map(self, fn) -> "SimInput":
         """`fn` applied to every field (e.g. a cast, padding, a device transfer)."""
@@ -90,7 +92,7 @@ def with_layout(d: SimInput, tp, pp, dp, micro_batch, vpp) -> SimInput:
     """`d` with other parallel degrees (any array type, continuous values allowed); num_gpus and
     the micro-batches per pipeline follow from them, and the stages hold layers / pp each (even)."""
     even = d.layers / pp
-    return d._replace(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, num_gpus=tp * pp * dp,
+    return d._replace(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, num_gpus=tp * pp * dp * d.cp,
                       num_micro_batches=d.global_batch / (dp * micro_batch), layers_first=even, layers_mid=even,
                       layers_last=even, layers_mid_avg=even)
 
@@ -119,7 +121,8 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
     peak_16 = _figure(r["peak_tflops"], 1e12, _GPU["peak_flops_16"][g])
     d = SimInput(
         layers=f(r["num_layers"]), hidden=f(r["hidden_size"]), heads=f(r["num_attention_heads"]),
-        kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]), seq=f(r["seq_len"]),
+        kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]),
+        seq=f(r["seq_len"]) / f(r["cp"]), cp=f(r["cp"]),
         llama=f(np.asarray(r["arch"]) == Arch.LLAMA), flash=f(np.asarray(r["attention"]) == 0),
         tp=None, pp=None, dp=None, num_gpus=None, micro_batch=None, vpp=None, num_micro_batches=None,
         global_batch=f(r["global_batch"]), sp=f(r["sequence_parallel"]), recompute=f(r["recompute"]),

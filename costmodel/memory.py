@@ -51,7 +51,7 @@ def _states(params, d, xp, dp=None) -> tuple:
     over `dp` ranks (default: the data-parallel group). ZeRO-1/2 shard the fp32 master weights +
     Adam moments (12 B/param) and then the gradients; ZeRO-3 / FSDP keeps only shards: fp32
     parameters (4), gradients (4) and Adam moments (8 B/param)."""
-    zero, dp = d.zero_stage, d.dp if dp is None else dp
+    zero, dp = d.zero_stage, d.dp * d.cp if dp is None else dp  # weights replicated over dp*cp ranks
     fsdp = zero >= 3
     weights = xp.where(fsdp, 4.0 * params / dp, ACT_BYTES * params)
     grads = xp.where(fsdp, 4.0 * params / dp, d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0))
@@ -102,10 +102,13 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp, in_fl
     # flight.) So none >= selective >= full always.
     # MoE layers also hold one all-to-all's send and receive buffers at a time.
     one_layer = xp.maximum(per_layer, is_moe * per_moe_layer)
+    # context parallelism: the K/V chunk in flight around the ring (send and receive, K and V)
+    ring_buffers = xp.where(d.cp > 1, 2.0 * 2.0 * ACT_BYTES * d.seq * d.micro_batch
+                            * xp.maximum(d.kv_heads / tp, 1.0) * (d.hidden / d.heads), 0.0)
     working = xp.where(full, one_layer - stored_full_recompute,
                        xp.where(by_op, one_layer - selective_op,
                                 xp.where(rec == RECOMPUTE_SELECTIVE, attention_scores, 0.0))) + \
-        is_moe * moe.permutation_buffer_bytes(d, xp)
+        is_moe * moe.permutation_buffer_bytes(d, xp) + ring_buffers
     # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
     # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.
     fsdp = d.zero_stage >= 3

@@ -226,29 +226,46 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         figures[name] = np.where(given > 0, given, per_gpu[g])
 
     # --- parallel ---
-    for name in ("tp", "pp", "micro_batch", "vpp"):
+    for name in ("tp", "pp", "micro_batch", "vpp", "cp"):
         x = f[name]
         E.fail(x <= 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
     for name in ("dp", "num_gpus", "global_batch"):
         x = f[name]
         E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
-    tp, pp, mb, vpp = f["tp"], f["pp"], f["micro_batch"], f["vpp"]
+    tp, pp, mb, vpp, cp = f["tp"], f["pp"], f["micro_batch"], f["vpp"], f["cp"]
     dp, num_gpus = f["dp"], f["num_gpus"]
-    tpp = _safe(tp * pp, E.ok)
+    # the model-parallel product: tp*pp, times cp with context parallelism (dp = num_gpus / (tp*pp*cp))
+    tpp = _safe(tp * pp * cp, E.ok)
+
+    def _mp(i):  # 'tp*pp' or 'tp*pp*cp' (with its value) for messages
+        return ("tp*pp", tp[i] * pp[i]) if cp[i] == 1 else ("tp*pp*cp", tp[i] * pp[i] * cp[i])
+
     dp = np.where((dp == 0) & (num_gpus == 0), 1, dp)
     derive = dp == 0
     E.fail(derive & (num_gpus % tpp != 0), "num_gpus",
-           lambda i: f"{num_gpus[i]} is not divisible by tp*pp={tp[i] * pp[i]}; use a multiple of "
-                     f"{tp[i] * pp[i]} or change tp/pp")
+           lambda i: f"{num_gpus[i]} is not divisible by {_mp(i)[0]}={_mp(i)[1]}; use a multiple of "
+                     f"{_mp(i)[1]} or change {_mp(i)[0].replace('*', '/')}")
     dp = np.where(derive, num_gpus // tpp, dp)
-    num_gpus = np.where(num_gpus == 0, tp * pp * dp, num_gpus)
+    num_gpus = np.where(num_gpus == 0, tp * pp * cp * dp, num_gpus)
 
     def _ng_msg(i):
-        t, q, d_, ng = int(tp[i]), int(pp[i]), int(dp[i]), int(num_gpus[i])
-        hint = ng // (t * q) if ng % (t * q) == 0 else "?"
-        return f"{ng} != tp*pp*dp = {t}*{q}*{d_} = {t * q * d_}; set num_gpus={t * q * d_} or dp={hint}"
+        t, q, c_, d_, ng = int(tp[i]), int(pp[i]), int(cp[i]), int(dp[i]), int(num_gpus[i])
+        hint = ng // (t * q * c_) if ng % (t * q * c_) == 0 else "?"
+        if c_ == 1:
+            return f"{ng} != tp*pp*dp = {t}*{q}*{d_} = {t * q * d_}; set num_gpus={t * q * d_} or dp={hint}"
+        return (f"{ng} != tp*pp*cp*dp = {t}*{q}*{c_}*{d_} = {t * q * c_ * d_}; set num_gpus={t * q * c_ * d_} "
+                f"or dp={hint}")
 
-    E.fail(tp * pp * dp != num_gpus, "num_gpus", _ng_msg)
+    E.fail(tp * pp * cp * dp != num_gpus, "num_gpus", _ng_msg)
+    # context parallelism: the sequence in 2*cp chunks (load-balanced causal split), ring attention
+    # over FlashAttention
+    ctx = cp > 1
+    E.fail(ctx & (seq % _safe(2 * cp, E.ok) != 0), "cp",
+           lambda i: f"{cp[i]} needs seq_len={seq[i]} divisible by 2*cp={2 * cp[i]} (the load-balanced causal "
+                     f"split); use cp in {fmt_choices([c for c in divisors(seq[i] // 2) if c > 1])} or cp=1")
+    E.fail(ctx & (attention != 0), "cp",
+           lambda i: f"{cp[i]} needs attention=flash (ring attention runs FlashAttention on K/V chunks); set "
+                     "attention=flash or cp=1")
     E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: f"{tp[i]} does not divide num_attention_heads={heads[i]}; "
                                                          f"use tp in {fmt_choices(divisors(heads[i]))}")
     ok = E.ok
@@ -301,12 +318,17 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     E.fail((zero == 3) & (pp > 1), "zero_stage",
            lambda i: "ZeRO-3 cannot be combined with pp > 1; use zero_stage <= 2 or pp=1")
     sp = f["sequence_parallel"].astype(bool) & (tp != 1)  # a no-op without tensor parallelism
-    E.fail(sp & (seq % _safe(tp, E.ok) != 0), "sequence_parallel",
-           lambda i: f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
-                     "dividing seq_len")
+    local_seq = seq // _safe(cp, E.ok)  # tokens of a sequence on one context-parallel rank
+    E.fail(sp & (local_seq % _safe(tp, E.ok) != 0), "sequence_parallel",
+           lambda i: (f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
+                      "dividing seq_len") if cp[i] == 1 else
+           (f"seq_len/cp={local_seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
+            "dividing seq_len/cp"))
 
     ep = f["ep"]
     E.fail(ep <= 0, "ep", lambda i: f"{ep[i]} must be a positive integer")
+    E.fail(~dense & (cp > 1), "cp",
+           lambda i: f"{cp[i]}: context parallelism with mixture-of-experts is not modelled; use cp=1")
     E.fail(dense & (ep != 1), "ep", lambda i: f"{ep[i]} needs a mixture-of-experts model; set num_experts or ep=1")
     E.fail(experts % _safe(ep, E.ok) != 0, "ep",
            lambda i: f"{ep[i]} does not divide num_experts={experts[i]}; use ep in {fmt_choices(divisors(experts[i]))}")
@@ -323,7 +345,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
-        first_stage_layers=first_l, last_stage_layers=last_l,
+        first_stage_layers=first_l, last_stage_layers=last_l, cp=cp,
         overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
         gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
         inter_node_bw_Gbps=inter.astype(np.float64), precision=prec, **figures,

@@ -122,6 +122,8 @@ class ParallelSpec:
     vpp: int = 1
     overlap_grad_reduce: bool = False
     ep: int = 1
+    # Context parallelism: each sequence split over cp ranks (ring attention); dp = num_gpus/(tp*pp*cp)
+    cp: int = 1
     # Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the
     # first / last stage (model chunk with vpp > 1); 0 = spread evenly (pipeline.chunk_layers)
     first_stage_layers: int = 0
@@ -294,7 +296,7 @@ def with_changes(config: TrainConfig, **changes) -> TrainConfig:
                 flat.pop(name)
     if "dp" in changes and "num_gpus" not in changes:
         flat.pop("num_gpus")
-    elif any(k in changes for k in ("tp", "pp", "num_gpus")) and "dp" not in changes:
+    elif any(k in changes for k in ("tp", "pp", "cp", "num_gpus")) and "dp" not in changes:
         flat.pop("dp")
     flat.update(changes)
     return build_config(flat)

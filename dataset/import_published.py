@@ -6,7 +6,7 @@ fields, iteration time in s) or refuses it with every reason it cannot be expres
 
 Everything that maps upstream columns and values onto canonical fields lives in the tables at the
 top of this file (COLUMNS, GPUS, RECOMPUTE, PRECISIONS, NOT_MODELLED, ASSUMED, FLOP_CONVENTIONS):
-extending the simulator (context parallelism, ...) means editing them.
+extending the simulator means editing them.
 
 `source` of a kept row is 'published:<file>#<source_id>'; `source_group(source_id)` strips the
 row suffix (`_r01`, `_L947`) and names the group the bench and `vtrain validate` report by.
@@ -31,6 +31,7 @@ COLUMNS = {
     "num_attention_heads": "num_attention_heads", "num_kv_heads": "num_kv_heads", "seq_len": "seq_len",
     "vocab_size": "vocab_size", "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "dp": "dp",
     "micro_batch": "micro_batch", "global_batch": "global_batch", "seq_parallel": "sequence_parallel",
+    "cp": "cp",
 }
 # Columns mapped by the rules below: gpu (GPUS), recompute (RECOMPUTE), precision (PRECISIONS),
 # zero_stage (first integer of the text), virtual_pp (-> vpp, and schedule=interleaved when > 1),
@@ -70,7 +71,7 @@ RECOMPUTE = [
 # -> canonical precision.
 PRECISIONS = [("fp8", "fp8"), ("float8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("16-bit", "fp16")]
 # Parallelism the simulator cannot express yet: column -> the only value it accepts.
-NOT_MODELLED = {"cp": (1, "context parallelism (cp={})"), "ep": (1, "expert parallelism (ep={})")}
+NOT_MODELLED = {"ep": (1, "expert parallelism (ep={})")}
 NOTE_FEATURES = [("async tp", "async TP (TP communication overlapped with GEMMs)")]
 # Values a source leaves empty that its own code fixes (source-id prefix, field, value, why).
 ASSUMED = [

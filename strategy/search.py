@@ -55,9 +55,9 @@ PRICE_PER_GPU_HOUR = {
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
-                   "recompute", "sequence_parallel", "zero_stage")
+                   "recompute", "sequence_parallel", "zero_stage", "cp")
 LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP comm",
-                "dp_comm": "DP comm",
+                "cp_comm": "CP ring", "dp_comm": "DP comm",
                 "bubble": "bubble", "optimizer": "optimizer", "overhead": "overhead"}
 BUCKETS = (32768,)  # padded batch size of the jitted evaluation (larger batches are chunked): one compile
 
@@ -75,6 +75,8 @@ class SearchSpace:
     max_dp: int | None = None
     max_micro_batch: int = 32
     max_vpp: int | None = None
+    max_cp: int | None = None
+    cp: tuple | None = None
     tp: tuple | None = None
     pp: tuple | None = None
     dp: tuple | None = None
@@ -99,8 +101,24 @@ def _tp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
     return _allowed(ok, space.tp, space.max_tp)
 
 
+CP_MIN_TOKENS = 4096  # context parallelism is enumerated while each rank keeps >= this many tokens
+
+
+def _cp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
+    """Context-parallel degrees to try: 1, and for long sequences (flash attention, dense models) the
+    powers of two that keep >= CP_MIN_TOKENS tokens per rank and split the sequence into 2*cp chunks."""
+    m = cfg.model
+    out = [1]
+    if m.attention == "flash" and not m.num_experts:
+        c = 2
+        while m.seq_len // c >= CP_MIN_TOKENS and m.seq_len % (2 * c) == 0:
+            out.append(c)
+            c *= 2
+    return _allowed(out, space.cp, space.max_cp)
+
+
 def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
-    """[L, 3] valid (tp, pp, dp) triples (before micro-batch choices)."""
+    """[L, 4] valid (tp, pp, dp, cp) rows (before micro-batch choices)."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     tps = _tp_values(cfg, space)
     # pipeline degrees: with a fixed GPU count every degree dividing it (uneven stages allowed, at
@@ -112,16 +130,17 @@ def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
     pps = _allowed(pp_cand, space.pp, space.max_pp)
     dps = _allowed(divisors(batch), space.dp, space.max_dp)
     rows = []
-    for t in tps:
-        for p in pps:
-            if space.num_gpus is not None:
-                if space.num_gpus % (t * p):
-                    continue
-                cand = [space.num_gpus // (t * p)]
-            else:
-                cand = [d for d in dps if space.min_gpus <= t * p * d <= space.max_gpus]
-            rows += [(t, p, d) for d in cand if d in dps]
-    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+    for c in _cp_values(cfg, space):
+        for t in tps:
+            for p in pps:
+                if space.num_gpus is not None:
+                    if space.num_gpus % (t * p * c):
+                        continue
+                    cand = [space.num_gpus // (t * p * c)]
+                else:
+                    cand = [d for d in dps if space.min_gpus <= t * p * c * d <= space.max_gpus]
+                rows += [(t, p, d, c) for d in cand if d in dps]
+    return np.array(rows, dtype=np.int64).reshape(-1, 4)
 
 
 def _cross(a: dict, b: dict) -> dict:
@@ -142,7 +161,7 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     product of each knob's candidate values; validity is rules.check's, as for build_config."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     lay = _layouts(cfg, space)
-    t = dict(tp=lay[:, 0], pp=lay[:, 1], dp=lay[:, 2])
+    t = dict(tp=lay[:, 0], pp=lay[:, 1], dp=lay[:, 2], cp=lay[:, 3])
     mbs = np.array(_allowed(divisors(batch), space.micro_batch, space.max_micro_batch), dtype=np.int64)
     t = _cross(t, dict(micro_batch=mbs))
     t = _mask(t, (batch % (t["dp"] * t["micro_batch"])) == 0)  # (rules.check's, early: keeps the grid small)
@@ -168,7 +187,7 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     keep = ~(sp & (t["tp"] == 1))
     keep &= ~((t["zero_stage"] > 0) & (t["dp"] == 1) & (t["zero_stage"] != space.zero_stages[0]))
     t = _mask(t, keep)
-    t["num_gpus"] = t["tp"] * t["pp"] * t["dp"]
+    t["num_gpus"] = t["tp"] * t["pp"] * t["cp"] * t["dp"]
     t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
     if len(t["tp"]) == 0:  # nothing to check (rules.check would broadcast the constants to one row)
         return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
@@ -200,7 +219,8 @@ def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
                 vpp=int(strategies["vpp"][i]), schedule=SCHEDULES[int(strategies["schedule"][i])],
                 recompute=RECOMPUTE_MODES[int(strategies["recompute"][i])],
                 sequence_parallel=bool(strategies["sequence_parallel"][i]),
-                zero_stage=int(strategies["zero_stage"][i]), first_stage_layers=0, last_stage_layers=0)
+                zero_stage=int(strategies["zero_stage"][i]), first_stage_layers=0, last_stage_layers=0,
+                cp=int(strategies["cp"][i]))
     return flat
 
 
@@ -362,7 +382,7 @@ def _describe(cfg: TrainConfig, s: dict, i: int) -> str:
     return (f"tp={s['tp'][i]} pp={s['pp'][i]} dp={s['dp'][i]} micro_batch={s['micro_batch'][i]}"
             + (f" vpp={s['vpp'][i]}" if s["vpp"][i] > 1 else "") + (f" {sched}" if sched != "1f1b" else "")
             + f" recompute={RECOMPUTE_MODES[int(s['recompute'][i])]} zero={s['zero_stage'][i]}"
-            + (" sp" if s["sequence_parallel"][i] else ""))
+            + (" sp" if s["sequence_parallel"][i] else "") + (f" cp={s['cp'][i]}" if s["cp"][i] > 1 else ""))
 
 
 def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
@@ -449,7 +469,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
         cost = gpu_hours * price
         values = strategy_values(cfg, sub, j)
         rows.append(dict(
-            tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), num_gpus=ngpu,
+            tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), cp=int(sub["cp"][j]), num_gpus=ngpu,
             micro_batch=int(sub["micro_batch"][j]), num_micro_batches=int(sub["num_micro_batches"][j]),
             vpp=int(sub["vpp"][j]), schedule=values["schedule"], recompute=values["recompute"],
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
@@ -549,7 +569,7 @@ def _relaxed_builder(table):
 
     def relaxed(corr, x, base, w):
         tp, pp = 2.0 ** x[:, 0], 2.0 ** x[:, 1]
-        dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]), 2.0 ** x[:, 2])
+        dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]) / base.cp, 2.0 ** x[:, 2])
         mb, vpp = 2.0 ** x[:, 3], 2.0 ** x[:, 4]
         d = with_layout(base, tp, pp, dp, mb, vpp)
         out = simulate(d, corr, xp=jnp, allreduce_table=table)

@@ -195,7 +195,7 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
     it = np.asarray(res["iteration_time_s"], dtype=np.float64)
     if has_tokens:
         with np.errstate(all="ignore"):
-            iterations = tokens / (d.global_batch * d.seq)
+            iterations = tokens / (d.global_batch * d.seq * d.cp)  # d.seq: one cp rank's share
             seconds = iterations * it
             gpu_hours = seconds / 3600.0 * d.num_gpus
             money = gpu_hours * price

@@ -65,7 +65,9 @@ def test_published_rows_kept_converted_or_refused_with_reasons(tmp_path):
     assert len(res.rejected) == 2  # one string per refused row
     # BLOOM's 70 layers on pp=12 are accepted (uneven stages 5 + 10 x 6 + 5)
     assert runs.iloc[2]["pp"] == 12 and runs.iloc[2]["num_layers"] == 70
-    assert "context parallelism (cp=2)" in reasons and not any(r.startswith("GPU") for r in reasons)
+    # cp is a field now: this row's 64 GPUs do not factor as tp*pp*cp*dp = 8*8*2*1
+    assert any(r.startswith("impossible config: num_gpus: 64 != tp*pp*cp*dp") for r in reasons)
+    assert not any(r.startswith(("GPU", "context parallelism")) for r in reasons)
     assert any("micro_batch not given" in r for r in reasons)
     # torchtitan's op-level selective AC is modelled (recompute=selective-op); Megatron's rows ran
     # the unfused attention, torchtitan's FlashAttention
@@ -86,7 +88,7 @@ def test_published_import_cli_and_summary(tmp_path, cli):
     out = tmp_path / "ds"
     result = cli("dataset", "import", path.parent, "-o", out)
     assert result.returncode == 0, result.stderr
-    assert "published_runs" in result.stdout and "context parallelism" in result.stdout
+    assert "published_runs" in result.stdout and "tp*pp*cp*dp" in result.stdout
     assert len(store.load(out, "runs")) == 4
     runs, refused = load_published(path)
     table = summarize_by_source(runs, {"x": runs["iteration_time_s"] * 1.1}, refused)
