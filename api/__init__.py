@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from vtrain.costmodel.config_files import resolve_config
 from vtrain.costmodel.errors import UserError
-from vtrain.costmodel.predictor import Prediction, Predictor, TrainingCost
+from vtrain.costmodel.cost import TrainingCost
+from vtrain.costmodel.predictor import Prediction, Predictor
 from vtrain.costmodel.spec import ConfigError, TrainConfig, build_config, with_changes
 
 __version__ = "0.1.0"

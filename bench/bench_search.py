@@ -42,7 +42,7 @@ def evals_per_second(checkpoint: str, repeats: int = 5) -> None:
     print(f"  including compile: {n / (best + t2 - t1):,.0f} evaluations/s")
     mem = S.memory_bytes(d)
     print(f"  memory pre-filter (numpy float64): {n / _timed(lambda: S.memory_bytes(d)):,.0f} strategies/s; "
-          f"{int((mem <= d['hbm_bytes']).sum()):,} fit")
+          f"{int((mem <= d.hbm_bytes).sum()):,} fit")
 
 
 def _timed(fn) -> float:

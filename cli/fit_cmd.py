@@ -132,16 +132,13 @@ def validate(
                                                              "(the tables or --json still print)."),
 ):
     """Cross-validated accuracy: MAPE, median and p90 error per group, held out by model shape."""
-    import functools
-    from dataclasses import replace
-
     from rich.console import Console
     from rich.table import Table
 
     from vtrain.costmodel.errors import UserError
-    from vtrain.training import evaluate as ev
     from vtrain.training.data import load_dataset
     from vtrain.training.fit import FitSettings
+    from vtrain.training.validation import validate as run_validation
 
     if folds is not None and folds < 2:
         raise UserError(f"--folds: {folds} must be at least 2 (or omit it for leave-one-shape-out)")
@@ -152,48 +149,12 @@ def validate(
     settings = FitSettings(steps=steps, seed=seed, progress=not quiet)
     ds = load_dataset(dataset_dir, seed=seed)
     console = Console(stderr=as_json)
-    figures: dict = {}
-    tables = []
-    measured = None
-    if len(ds.runs):
-        baseline = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, None),
-                                  setting=ev.setting_label(ds.runs), shape=ev.shape_key(ds.runs))
-        figures["analytical"] = ev.summarize(baseline).to_dict("records")
-        # Pre-trained on all measurements, for the splits that hold out runs only (computed once, if needed)
-        pretrained = functools.cache(lambda: ev.pretrain(ds, settings))
-        if ev.shape_key(ds.runs).nunique() > 1:  # holding out a shape needs another one to train on
-            if with_measurements:
-                cv, measured = ev.cross_validate(ds, settings, folds)
-            else:
-                cv = ev.cross_validate_runs(ds, settings, folds, init=pretrained())
-            figures["grouped_cv"] = ev.summarize(cv).to_dict("records")
-            split = "runs, kernels and collectives held out together" if with_measurements else "runs held out"
-            tables.append((f"Grouped CV by model shape ({split})", figures["grouped_cv"], figures["analytical"]))
-            if plot:
-                ev.plot_predictions(cv, plot)
-        multi = ev.setting_label(ds.runs) == "multi-node"
-        if ds.runs.loc[multi, "num_gpus"].nunique() > 1:
-            gpus = ev.cross_validate_runs(ds, settings, init=pretrained(), split="gpus")
-            figures["leave_one_gpu_count_out"] = ev.summarize(gpus).to_dict("records")
-            tables.append(("Leave-one-GPU-count-out (multi-node runs)", figures["leave_one_gpu_count_out"], None))
-        if checkpoint:
-            from vtrain.costmodel.checkpoint import load
+    result = run_validation(ds, settings, folds, checkpoint, with_measurements)
+    figures, tables = result.figures, result.tables
+    if plot and result.grouped_cv is not None:
+        from vtrain.training.evaluate import plot_predictions
 
-            params, _ = load(checkpoint)
-            direct = ds.runs.assign(predicted_s=ev.predict_runs(ds.runs, params), setting=ev.setting_label(ds.runs),
-                                    shape=ev.shape_key(ds.runs))
-            figures["checkpoint"] = ev.summarize(direct).to_dict("records")
-            tables.append((f"Checkpoint {checkpoint} scored directly (rows it trained on are not held out)",
-                           figures["checkpoint"], None))
-    if with_measurements and (ds.kernels.rows or ds.collectives.rows):
-        if measured is None:  # no grouped run CV above: hold out measurement groups only (trained without runs)
-            _, measured = ev.cross_validate(replace(ds, runs=ds.runs.iloc[:0]), settings, folds or 5)
-        final = measured[measured["stage"] == "final"]
-        figures["kernels_collectives_cv"] = ev.summarize_measurements(final).to_dict("records")
-        figures["kernels_collectives_cv_pretrained"] = ev.summarize_measurements(
-            measured[measured["stage"] == "pre-trained"]).to_dict("records")
-        tables.append(("Kernels and collectives, held-out shapes (the same folds; the trained model, standalone)",
-                       figures["kernels_collectives_cv"], None))
+        plot_predictions(result.grouped_cv, plot)
     if as_json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return

@@ -23,43 +23,6 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def load_allreduce_table(path: Path) -> dict:
-    """A measured all-reduce table from a folder of vTrain LUT files (AR_GPU{n}_*_LUT)."""
-    import csv
-
-    import numpy as np
-
-    from vtrain.costmodel.errors import UserError, user_file
-
-    files = sorted(Path(path).glob("AR_GPU*_LUT")) if Path(path).is_dir() else []
-    if not files:
-        raise UserError(f"--allreduce-table: no AR_GPU<n>_*_LUT files in '{path}'; point it at a folder like "
-                        "../shared/data/vtrain/trace/a100")
-    groups, times, sizes = [], [], None
-    for f in files:
-        try:
-            group = int(f.name.split("_")[1].removeprefix("GPU"))
-        except ValueError:
-            raise UserError(f"--allreduce-table: '{f}' is not named AR_GPU<n>_*_LUT; rename or remove it") from None
-        with user_file(f, "--allreduce-table"), open(f, newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r and r[0].strip().isdigit()]
-        try:
-            s = np.array([float(r[0]) for r in rows])
-            t = np.array([float(r[-2]) * 1e-9 for r in rows])  # in-place time, ns -> s
-        except (ValueError, IndexError):
-            raise UserError(f"--allreduce-table: '{f}' has a row that is not 'bytes,...,time_ns,...' numbers; "
-                            "give vTrain's AR_GPU<n>_*_LUT files unchanged") from None
-        if len(s) < 1 or not np.all(np.isfinite(s)) or not np.all(np.isfinite(t)):
-            raise UserError(f"--allreduce-table: '{f}' has no finite 'bytes,...,time_ns,...' rows; "
-                            "give vTrain's AR_GPU<n>_*_LUT files unchanged")
-        if sizes is None:
-            sizes = s
-        groups.append(group)
-        times.append(np.interp(sizes, s, t))
-    order = np.argsort(groups)
-    return dict(sizes=sizes, times=np.array(times)[order], groups=[groups[i] for i in order])
-
-
 @app.command()
 @with_field_options
 def predict(
@@ -89,7 +52,14 @@ def predict(
     positive_flag("--tokens", tokens, "300e9")
     overrides = config_overrides(gpu=gpu, **fields)
     cfg = resolve_config(config, model, overrides)
-    table = load_allreduce_table(allreduce_table) if allreduce_table else None
+    table = None
+    if allreduce_table:
+        from vtrain.dataset.import_vtrain import allreduce_table as read_allreduce_table
+
+        try:
+            table = read_allreduce_table(allreduce_table)
+        except UserError as err:
+            raise UserError(f"--allreduce-table: {err}") from None
     predictor = Predictor.load(checkpoint, allreduce_table=table)
     result = predictor.predict(cfg)
     cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None

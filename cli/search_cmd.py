@@ -53,7 +53,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
 def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optional[str], fields: dict,
                         max_gpus, min_gpus, max_tp, max_pp, max_dp, max_micro_batch, max_vpp):
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
-    from vtrain.costmodel.config_files import load_config_file, preset_fields
+    from vtrain.costmodel.config_files import layer_fields
     from vtrain.costmodel.errors import UserError
     from vtrain.strategy.search import SearchSpace
     from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
@@ -61,17 +61,12 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
     if config is None and model is None and fields.get("num_layers") is None:
         raise UserError("search: give a config file, --model PRESET, or the model fields (--num-layers ...); "
                         "see `vtrain search --help`")
-    values: dict = {}
-    if config is not None:
-        values.update(load_config_file(config))
-    file_gpus = values.get("num_gpus")
-    values = {k: v for k, v in values.items() if k not in FILE_LAYOUT_FIELDS}
-    if model:
-        values.update(preset_fields(model))
     flags = config_overrides(gpu=gpu, **fields)
     restrict = {k: flags.pop(k) for k in RESTRICT_FIELDS if k in flags}
     num_gpus = flags.pop("num_gpus", None)
-    values.update(flags)
+    # The file's layout is ignored (the search chooses it); its num_gpus is the default GPU count.
+    values, file_layout = layer_fields(config, model, flags, ignore_from_file=FILE_LAYOUT_FIELDS)
+    file_gpus = file_layout.get("num_gpus")
     if not values.get("global_batch"):
         raise UserError("--global-batch: required for search (sequences per iteration, e.g. --global-batch 1536)")
     if num_gpus is not None and max_gpus is not None:
@@ -339,7 +334,7 @@ def plan(
 ):
     """Compute-optimal planning: the largest model (and its token count, tokens-per-param x parameters)
     that trains within --days on --num-gpus GPUs, using predicted throughput rather than peak FLOP/s."""
-    from vtrain.costmodel.errors import UserError
+    from vtrain.costmodel.errors import ParameterError, UserError
 
     if num_gpus is None or days is None:
         raise UserError("plan: give --num-gpus N and --days D (e.g. vtrain plan --gpu h100 --num-gpus 1024 --days 30)")
@@ -352,9 +347,12 @@ def plan(
 
     predictor = Predictor.load(checkpoint)
     engine.enable_compilation_cache()
-    res = make_plan(gpu, num_gpus, days, predictor, tokens_per_param=tokens_per_param, arch=arch, seq_len=seq_len,
-                    vocab_size=vocab_size, global_batch=global_batch, precision=precision,
-                    price_per_gpu_hour=price_per_gpu_hour, max_tp=max_tp)
+    try:
+        res = make_plan(gpu, num_gpus, days, predictor, tokens_per_param=tokens_per_param, arch=arch,
+                        seq_len=seq_len, vocab_size=vocab_size, global_batch=global_batch, precision=precision,
+                        price_per_gpu_hour=price_per_gpu_hour, max_tp=max_tp)
+    except ParameterError as err:  # the library names its parameters; here they are flags
+        raise UserError(err.flag_message()) from None
     if as_json:
         sys.stdout.write(json.dumps(dict(gpu=res.gpu, num_gpus=res.num_gpus, days=res.days,
                                          tokens_per_param=res.tokens_per_param,

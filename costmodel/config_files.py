@@ -186,13 +186,20 @@ def load_config_file(path: str | Path) -> dict:
     return from_canonical(data, str(path))
 
 
-def resolve_config(path: str | Path | None = None, model: str | None = None,
-                   overrides: dict | None = None) -> TrainConfig:
-    """Validated config from (lowest to highest priority) a file, a model preset flag, and overrides."""
-    values: dict = {}
-    if path:
-        values.update(load_config_file(path))
+def layer_fields(path: str | Path | None = None, model: str | None = None, overrides: dict | None = None,
+                 ignore_from_file: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """Raw canonical fields layered (lowest to highest priority) a file, a model preset, overrides
+    (None values skipped), not yet validated. The file's fields named in `ignore_from_file` are
+    left out of the layers and returned apart: (fields, ignored file fields)."""
+    values = load_config_file(path) if path else {}
+    ignored = {k: values.pop(k) for k in ignore_from_file if k in values}
     if model:
         values.update(preset_fields(model))
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return build_config(values)
+    return values, ignored
+
+
+def resolve_config(path: str | Path | None = None, model: str | None = None,
+                   overrides: dict | None = None) -> TrainConfig:
+    """Validated config from (lowest to highest priority) a file, a model preset flag, and overrides."""
+    return build_config(layer_fields(path, model, overrides)[0])

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-TB = 1e12
-GB = 1e9
-GiB = 1024**3
+from vtrain.costmodel.units import GB, GiB, TB
 
 
 @dataclass(frozen=True)

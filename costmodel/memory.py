@@ -12,8 +12,9 @@ from __future__ import annotations
 from vtrain.costmodel import moe
 from vtrain.costmodel.ops import (ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP,
                                     layer_parameters)
+from vtrain.costmodel.units import GiB
 
-FRAMEWORK_BYTES = 1.5 * 1024**3  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
+FRAMEWORK_BYTES = 1.5 * GiB  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
 
 
 def activation_bytes_per_layer(d: dict, xp):

@@ -13,23 +13,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vtrain.costmodel import checkpoint as ckpt
+from vtrain.costmodel import cost
+from vtrain.costmodel.cost import TrainingCost
 from vtrain.costmodel.encode import encode
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS, simulate
 from vtrain.costmodel.spec import TrainConfig
-
-GiB = 1024.0**3
-SECONDS_PER_DAY = 86400.0
-
-
-@dataclass(frozen=True)
-class TrainingCost:
-    """Cost of training on `tokens` tokens: wall-clock days, GPU-hours and money (price * GPU-hours)."""
-
-    tokens: float
-    iterations: float
-    train_days: float
-    gpu_hours: float
-    cost: float
+from vtrain.costmodel.units import GiB
 
 
 @dataclass(frozen=True)
@@ -49,11 +38,8 @@ class Prediction:
     gpu_memory_gib: float = 0.0
 
     def training_cost(self, tokens: float, price_per_gpu_hour: float = 0.0) -> TrainingCost:
-        iterations = tokens / self.config.tokens_per_iteration
-        seconds = iterations * self.iteration_time_s
-        gpu_hours = seconds / 3600.0 * self.config.parallel.num_gpus
-        return TrainingCost(tokens=tokens, iterations=iterations, train_days=seconds / SECONDS_PER_DAY,
-                            gpu_hours=gpu_hours, cost=gpu_hours * price_per_gpu_hour)
+        return cost.training_cost(self.iteration_time_s, self.config.parallel.num_gpus,
+                                  self.config.tokens_per_iteration, tokens, price_per_gpu_hour)
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from vtrain.costmodel.errors import UserError
-from vtrain.strategy.search import SearchSpace, default_price, search
+from vtrain.costmodel.cost import default_price
+from vtrain.costmodel.errors import ParameterError, UserError
 from vtrain.costmodel.spec import build_config
+from vtrain.costmodel.units import SECONDS_PER_DAY
+from vtrain.strategy.search import SearchSpace, search
 
 # Hidden sizes of the candidate ladder; layers = hidden / 128 (GPT-3's aspect ratio for >= 6.7B),
 # heads = hidden / 128 (head dimension 128).
@@ -47,11 +49,11 @@ def plan(gpu: str, num_gpus: int, days: float, predictor, tokens_per_param: floa
     """Largest ladder model trainable on tokens_per_param tokens per parameter within `days` on at
     most `num_gpus` GPUs, using predicted (not peak) throughput."""
     if num_gpus is None or num_gpus <= 0:
-        raise UserError(f"--num-gpus/--max-gpus: {num_gpus} must be a positive integer")
+        raise ParameterError("num_gpus", f"{num_gpus} must be a positive integer")
     if days is None or days <= 0:
-        raise UserError(f"--days: {days} must be positive")
+        raise ParameterError("days", f"{days} must be positive")
     if tokens_per_param <= 0:
-        raise UserError(f"--tokens-per-param: {tokens_per_param} must be positive")
+        raise ParameterError("tokens_per_param", f"{tokens_per_param} must be positive")
     price = default_price(gpu) if price_per_gpu_hour is None else float(price_per_gpu_hour)
     rows = []
     failures_in_a_row = 0
@@ -88,13 +90,13 @@ def plan(gpu: str, num_gpus: int, days: float, predictor, tokens_per_param: floa
         why = first.get("reason") or "too slow"
         raise UserError(f"even the smallest candidate ({first['num_parameters'] / 1e9:.2f}B parameters, "
                         f"{first['tokens'] / 1e9:.0f}B tokens) does not fit {num_gpus} x {gpu} for {days:g} days "
-                        f"({why}); allow more days or GPUs, or lower --tokens-per-param")
+                        f"({why}); allow more days or GPUs, or fewer tokens per parameter")
     best = max(fitting, key=lambda r: r["num_parameters"])
     peak = build_config(dict(ladder_shape(1024, arch, seq_len, vocab_size), gpu=gpu, precision=precision))
     from vtrain.costmodel.hardware import lookup_gpu
 
     peak_flops = lookup_gpu(peak.cluster.gpu).flops(peak.cluster.precision)
-    seconds = days * 86400.0
+    seconds = days * SECONDS_PER_DAY
     compute_real = seconds * best["gpus_used"] * peak_flops * best["mfu"]
     compute_peak = seconds * num_gpus * peak_flops
 

@@ -27,31 +27,17 @@ import numpy as np
 
 from vtrain.costmodel import ops as opgraph
 from vtrain.costmodel import rules
+from vtrain.costmodel.cost import default_price, training_cost
 from vtrain.costmodel.encode import SimInput, config_fields, sim_input, with_layout
 from vtrain.costmodel.errors import ParameterError, UserError
-from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS
 from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors
 from vtrain.costmodel.spec import TrainConfig
+from vtrain.costmodel.units import GiB
 
-GiB = 1024.0**3
 OBJECTIVES = ("time", "cost", "tokens-per-dollar")
-
-# Approximate on-demand cloud prices in US$ per GPU-hour (rough placeholders from public list prices
-# of 8-GPU instances in 2024-2025, divided by 8; real prices vary widely by provider, region and
-# commitment). Override with --price-per-gpu-hour.
-PRICE_PER_GPU_HOUR = {
-    "v100": 3.06,
-    "a100-40gb": 4.10,
-    "a100-80gb": 5.12,
-    "h100-sxm": 6.88,
-    "h200": 7.90,
-    "b200": 10.00,
-    "mi300x": 6.00,
-    "cpu": 0.05,
-}
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
@@ -176,6 +162,13 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
             sched_rows.append((code, 1))
     sched = np.array(sched_rows, dtype=np.int64).reshape(-1, 2)
     t = _cross(t, dict(schedule=sched[:, 0], vpp=sched[:, 1]))
+    if cfg.model.num_experts == 0:
+        # Prune the layout x schedule grid before crossing it with the choices below. With no
+        # recomputation, SP or ZeRO a dense model's row can only break layout rules, which no
+        # recompute / SP / ZeRO choice repairs (ZeRO-3 and SP only add rules; MoE's SP rule is why
+        # MoE models skip this).
+        none = np.zeros_like(t["tp"])
+        t = _mask(t, _valid(cfg, _with_counts(cfg, dict(t, recompute=none, sequence_parallel=none, zero_stage=none))))
     # recompute x sequence parallel x ZeRO
     cats = [(RECOMPUTE_MODES.index(r), int(s), z) for r in space.recompute for s in space.sequence_parallel
             for z in space.zero_stages]
@@ -187,12 +180,23 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     keep = ~(sp & (t["tp"] == 1))
     keep &= ~((t["zero_stage"] > 0) & (t["dp"] == 1) & (t["zero_stage"] != space.zero_stages[0]))
     t = _mask(t, keep)
-    t["num_gpus"] = t["tp"] * t["pp"] * t["cp"] * t["dp"]
-    t["num_micro_batches"] = batch // (t["dp"] * t["micro_batch"])
+    t = _with_counts(cfg, t)
+    ok = _valid(cfg, t)
+    return {k: t[k][ok].astype(np.int64) for k in STRATEGY_FIELDS}
+
+
+def _with_counts(cfg: TrainConfig, t: dict) -> dict:
+    """Grid rows `t` plus their num_gpus and num_micro_batches columns."""
+    return dict(t, num_gpus=t["tp"] * t["pp"] * t["cp"] * t["dp"],
+                num_micro_batches=cfg.parallel.global_batch // (t["dp"] * t["micro_batch"]))
+
+
+def _valid(cfg: TrainConfig, t: dict) -> np.ndarray:
+    """rules.check's mask over grid rows `t` (with counts) on top of cfg's model and cluster."""
     if len(t["tp"]) == 0:  # nothing to check (rules.check would broadcast the constants to one row)
-        return {k: t[k].astype(np.int64) for k in STRATEGY_FIELDS}
+        return np.zeros(0, dtype=bool)
     _, errors = rules.check(_grid_fields(cfg, t, broadcast=False), messages=False)
-    return {k: t[k][errors.ok].astype(np.int64) for k in STRATEGY_FIELDS}
+    return errors.ok
 
 
 def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> dict[str, np.ndarray]:
@@ -372,11 +376,6 @@ def objective_key(objective: str, time_s, num_gpus, tokens_per_iteration):
     raise ParameterError("objective", f"'{objective}' is unknown; use one of {', '.join(OBJECTIVES)}")
 
 
-def default_price(gpu: str) -> float:
-    spec = lookup_gpu(gpu)
-    return PRICE_PER_GPU_HOUR.get(spec.name if spec else gpu, 0.0)
-
-
 def _describe(cfg: TrainConfig, s: dict, i: int) -> str:
     sched = SCHEDULES[int(s["schedule"][i])]
     return (f"tp={s['tp'][i]} pp={s['pp'][i]} dp={s['dp'][i]} micro_batch={s['micro_batch'][i]}"
@@ -464,9 +463,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
         lim = max(non_compute, key=non_compute.get)
         mem = float(out["memory"]["total"][j])
         cap = float(d.hbm_bytes[j])
-        train_tokens = tokens if tokens else 1e9
-        gpu_hours = t * (train_tokens / tokens_per_iter) * ngpu / 3600.0
-        cost = gpu_hours * price
+        c = training_cost(t, ngpu, tokens_per_iter, tokens if tokens else 1e9, price)
         values = strategy_values(cfg, sub, j)
         rows.append(dict(
             tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), cp=int(sub["cp"][j]), num_gpus=ngpu,
@@ -475,9 +472,8 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
             iteration_time_s=t, tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
             memory_gib=mem / GiB, gpu_memory_gib=cap / GiB, memory_headroom_pct=100.0 * (1.0 - mem / cap),
-            fits_memory=bool(out["fits_memory"][j]), gpu_hours=gpu_hours, cost=cost,
-            train_days=t * (train_tokens / tokens_per_iter) / 86400.0,
-            tokens_per_dollar=(train_tokens / cost) if cost > 0 else float("inf"),
+            fits_memory=bool(out["fits_memory"][j]), gpu_hours=c.gpu_hours, cost=c.cost, train_days=c.train_days,
+            tokens_per_dollar=(c.tokens / c.cost) if c.cost > 0 else float("inf"),
             limiter=LIMIT_LABELS[lim], limiter_share_pct=100.0 * bd[lim] / t, breakdown=bd,
             config=values,
         ))
@@ -513,9 +509,8 @@ def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, time
     for rank, r in enumerate(shown, 1):
         r["rank"] = rank
     ngpu = strategies["num_gpus"][evaluated_idx].astype(np.float64)
-    train_tokens = tokens if tokens else 1e9
-    cost = times * (train_tokens / tokens_per_iter) * ngpu / 3600.0 * price
-    gpu_hours = times * (train_tokens / tokens_per_iter) * ngpu / 3600.0
+    c = training_cost(times, ngpu, tokens_per_iter, tokens if tokens else 1e9, price)
+    cost, gpu_hours = c.cost, c.gpu_hours
     front = pareto_front(times, gpu_hours)
     pareto = [dict(iteration_time_s=float(times[i]), cost=float(cost[i]), gpu_hours=float(gpu_hours[i]),
                    num_gpus=int(ngpu[i]), strategy=_describe(cfg, strategies, int(evaluated_idx[i]))) for i in front]

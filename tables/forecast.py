@@ -19,8 +19,6 @@ the end, so a failed run never leaves a partial or clobbered output.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +30,11 @@ import pyarrow.compute as pc
 from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.errors import UserError, user_file
 from vtrain.costmodel.hardware import lookup_gpu
-from vtrain.costmodel.predictor import GiB, SECONDS_PER_DAY, Predictor
+from vtrain.costmodel.atomic import atomic_path
+from vtrain.costmodel.cost import training_cost
+from vtrain.costmodel.predictor import Predictor
 from vtrain.costmodel.spec import ALL_FIELDS
+from vtrain.costmodel.units import GiB
 from vtrain.tables.columns import PRESET_COLUMN, check_columns, encode_table
 
 RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory")
@@ -195,13 +196,11 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
     it = np.asarray(res["iteration_time_s"], dtype=np.float64)
     if has_tokens:
         with np.errstate(all="ignore"):
-            iterations = tokens / (d.global_batch * d.seq * d.cp)  # d.seq: one cp rank's share
-            seconds = iterations * it
-            gpu_hours = seconds / 3600.0 * d.num_gpus
-            money = gpu_hours * price
-        _first_error(errors, tok_present & ~np.isfinite(gpu_hours),
+            # d.seq is one cp rank's share of a sequence
+            c = training_cost(it, d.num_gpus, d.global_batch * d.seq * d.cp, tokens, price)
+        _first_error(errors, tok_present & ~np.isfinite(c.gpu_hours),
                      lambda i: f"tokens: {tokens[i]:g} gives a non-finite GPU-hour count; give a realistic count")
-        _first_error(errors, tok_present & ~np.isnan(price) & ~np.isfinite(money),
+        _first_error(errors, tok_present & ~np.isnan(price) & ~np.isfinite(c.cost),
                      lambda i: f"price_per_gpu_hour: {price[i]:g} gives a non-finite cost; give a realistic price")
     bad = errors != None  # noqa: E711
     new: dict[str, pa.Array] = {
@@ -213,9 +212,9 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
     }
     if has_tokens:
         no_tokens = bad | ~tok_present
-        new["train_days"] = pa.array(seconds / SECONDS_PER_DAY, mask=no_tokens, type=pa.float64())
-        new["gpu_hours"] = pa.array(gpu_hours, mask=no_tokens, type=pa.float64())
-        new["cost"] = pa.array(money, mask=no_tokens | np.isnan(price), type=pa.float64())
+        new["train_days"] = pa.array(c.train_days, mask=no_tokens, type=pa.float64())
+        new["gpu_hours"] = pa.array(c.gpu_hours, mask=no_tokens, type=pa.float64())
+        new["cost"] = pa.array(c.cost, mask=no_tokens | np.isnan(price), type=pa.float64())
     new[ERROR_COLUMN] = pa.array(errors, type=pa.string())
     out = batch
     for name, arr in new.items():
@@ -387,54 +386,36 @@ def _iter_input(path: Path, fmt: str, chunk_rows: int):
     return rows, names, reader
 
 
-class AtomicWriter:
-    """Writes record batches to a temp file next to `path`; `commit()` renames it into place."""
+class _TableWriter:
+    """Streams tables into one CSV or parquet file at `tmp` (opened with the first table's schema).
+    OSErrors are one-line UserErrors naming `path`, the file the user asked for."""
 
-    def __init__(self, path: Path, fmt: str):
-        self.path, self.fmt = Path(path), fmt
-        folder = self.path.parent
-        if not folder.is_dir():
-            raise UserError(f"--output: folder '{folder}' does not exist; create it first")
-        with user_file(self.path, "--output", "write"):
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.", suffix=".tmp")
-        os.close(fd)
-        self.tmp = Path(tmp)
+    def __init__(self, tmp: str, fmt: str, path: Path):
+        self.tmp, self.fmt, self.path = tmp, fmt, path
         self.writer = None
 
     def write(self, table: pa.Table) -> None:
         with user_file(self.path, "--output", "write"):
-            self._write(table)
+            if self.writer is None:
+                if self.fmt == "parquet":
+                    import pyarrow.parquet as pq
+                    self.writer = pq.ParquetWriter(self.tmp, table.schema)
+                else:
+                    import pyarrow.csv as pcsv
+                    self.writer = pcsv.CSVWriter(self.tmp, table.schema)
+            self.writer.write_table(table)
 
-    def _write(self, table: pa.Table) -> None:
-        if self.writer is None:
-            if self.fmt == "parquet":
-                import pyarrow.parquet as pq
-                self.writer = pq.ParquetWriter(self.tmp, table.schema)
-            else:
-                import pyarrow.csv as pcsv
-                self.writer = pcsv.CSVWriter(self.tmp, table.schema)
-        self.writer.write_table(table)
-
-    def commit(self) -> None:
+    def close(self) -> None:
         with user_file(self.path, "--output", "write"):
             if self.writer is not None:
                 self.writer.close()
-            os.chmod(self.tmp, 0o666 & ~_umask())
-            os.replace(self.tmp, self.path)
+                self.writer = None
 
     def abort(self) -> None:
         try:
-            if self.writer is not None:
-                self.writer.close()
-        except Exception:  # noqa: BLE001 -- best effort; the temp file is removed below
+            self.close()
+        except Exception:  # noqa: BLE001 -- best effort; atomic_path removes the temp file
             pass
-        self.tmp.unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def forecast_file(input_path, output_path, checkpoint: str | None = "default", devices=None,
@@ -455,27 +436,28 @@ def forecast_file(input_path, output_path, checkpoint: str | None = "default", d
     predictor = predictor or Predictor.load(checkpoint)
     evaluator = make_evaluator(predictor, devices)
     report = ForecastReport(devices=evaluator.devices, top_n=top_n)
-    writer = AtomicWriter(output_path, out_fmt)
-    try:
-        with _progress(progress, total) as advance:
-            empty = True
-            for batch in batches:
-                out = forecast_chunk(batch, evaluator, default_price)
-                report.add(out, report.rows)
-                writer.write(out)
-                advance(batch.num_rows)
-                empty = False
-            if empty:  # header-only input: still write the output schema
-                schema = batches.schema if hasattr(batches, "schema") else None
-                if schema is None:
-                    import pyarrow.parquet as pq
-                    schema = pq.ParquetFile(input_path).schema_arrow
-                out = forecast_chunk(schema.empty_table(), evaluator, default_price)
-                writer.write(out)
-        writer.commit()
-    except BaseException:
-        writer.abort()
-        raise
+    with atomic_path(output_path, "--output", create_folder=False, suffix=".tmp") as tmp:
+        writer = _TableWriter(tmp, out_fmt, output_path)
+        try:
+            with _progress(progress, total) as advance:
+                empty = True
+                for batch in batches:
+                    out = forecast_chunk(batch, evaluator, default_price)
+                    report.add(out, report.rows)
+                    writer.write(out)
+                    advance(batch.num_rows)
+                    empty = False
+                if empty:  # header-only input: still write the output schema
+                    schema = batches.schema if hasattr(batches, "schema") else None
+                    if schema is None:
+                        import pyarrow.parquet as pq
+                        schema = pq.ParquetFile(input_path).schema_arrow
+                    out = forecast_chunk(schema.empty_table(), evaluator, default_price)
+                    writer.write(out)
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
     report.seconds = time.perf_counter() - t0
     return report
 
