@@ -34,6 +34,7 @@ def _register_commands() -> None:
     from vtrain.cli import fit_cmd  # noqa: F401
     from vtrain.cli import dataset_cmd  # noqa: F401
     from vtrain.cli import forecast_cmd  # noqa: F401
+    from vtrain.cli import calibrate_cmd  # noqa: F401
 
 
 class Terminated(SystemExit):

@@ -23,6 +23,30 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
+def fmt_interval(low: float, high: float, level: float) -> str:
+    """'21.9-25.8 s, 90 %' (ms below a second); '' when there is no interval (NaN bounds)."""
+    import math
+
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return ""
+    if high < 1.0:
+        return f"{low * 1e3:.3g}-{high * 1e3:.3g} ms, {level * 100:.0f} %"
+    return f"{low:.3g}-{high:.3g} s, {level * 100:.0f} %"
+
+
+def interval_note(result) -> str:
+    """One line on the interval: how it was widened outside the training data, or that there is none."""
+    import math
+
+    if not math.isfinite(result.iteration_time_s_low):
+        return (f"no prediction interval: checkpoint '{result.checkpoint}' has no calibration; add one with "
+                f"`vtrain calibrate DATASET_DIR -c {result.checkpoint}`")
+    if result.interval_widening > 1.0 + 1e-9:
+        return (f"the {result.interval_level * 100:.0f} % interval is {result.interval_widening:.1f}x as wide (in log "
+                "terms) as inside the training data, since the config lies outside it")
+    return ""
+
+
 @app.command()
 @with_field_options
 def predict(
@@ -67,7 +91,11 @@ def predict(
 
     if as_json:
         out = dict(
-            iteration_time_s=result.iteration_time_s, tokens_per_s=result.tokens_per_s, mfu=result.mfu,
+            iteration_time_s=result.iteration_time_s,
+            iteration_time_s_low=_json_number(result.iteration_time_s_low),
+            iteration_time_s_high=_json_number(result.iteration_time_s_high),
+            interval_level=result.interval_level, interval_widening=result.interval_widening,
+            tokens_per_s=result.tokens_per_s, mfu=result.mfu,
             memory_gib_per_gpu=result.memory_gib_per_gpu, gpu_memory_gib=result.gpu_memory_gib,
             fits_memory=result.fits_memory, breakdown=result.breakdown, memory_breakdown_gib=result.memory_breakdown_gib,
             model_flops_per_iteration=result.model_flops, num_parameters=cfg.model.num_parameters,
@@ -77,11 +105,20 @@ def predict(
         if cost:
             out.update(tokens=cost.tokens, iterations=cost.iterations, train_days=cost.train_days,
                        gpu_hours=cost.gpu_hours, cost=cost.cost)
+        note = interval_note(result)
+        if note:
+            out["interval_note"] = note
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return
     _print_table(cfg, result, cost, price_per_gpu_hour)
-    if outside:
-        typer.echo(outside)
+    for line in (outside, interval_note(result)):
+        if line:
+            typer.echo(line)
+
+
+def _json_number(value: float):
+    """`value`, or None (JSON null) for NaN."""
+    return value if value == value else None
 
 
 def _outside_line(predictor, cfg) -> str:
@@ -129,7 +166,8 @@ def _print_table(cfg, result, cost, price):
     table = Table(title=title, caption=caption, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")
-    table.add_row("iteration time", _fmt_time(result.iteration_time_s))
+    band = fmt_interval(result.iteration_time_s_low, result.iteration_time_s_high, result.interval_level)
+    table.add_row("iteration time", _fmt_time(result.iteration_time_s) + (f" ({band})" if band else ""))
     table.add_row("tokens/s", f"{result.tokens_per_s:,.0f}")
     table.add_row("MFU", f"{result.mfu * 100:.1f} %")
     fits = "[green]fits[/green]" if result.fits_memory else "[red]does NOT fit[/red]"

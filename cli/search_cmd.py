@@ -15,8 +15,9 @@ from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_override
                                 with_field_options)
 
 # Canonical parallel fields that restrict the search space when given as flags.
-RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "recompute", "zero_stage", "schedule", "sequence_parallel")
+RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "ep", "recompute", "zero_stage", "schedule", "sequence_parallel")
 FILE_LAYOUT_FIELDS = RESTRICT_FIELDS + ("num_gpus",)
+MOE_MODEL_FIELDS = ("num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_experts", "first_dense_layers")
 
 
 def _fmt_time(seconds: float) -> str:
@@ -51,7 +52,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
 
 
 def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optional[str], fields: dict,
-                        max_gpus, min_gpus, max_tp, max_pp, max_dp, max_micro_batch, max_vpp):
+                        max_gpus, min_gpus, max_tp, max_pp, max_dp, max_micro_batch, max_vpp, max_ep=None):
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
     from vtrain.costmodel.config_files import layer_fields
     from vtrain.costmodel.errors import UserError
@@ -77,12 +78,13 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
         raise UserError("search: give --num-gpus N (exactly N GPUs) or --max-gpus N (any count up to N)")
     cfg = build_config(values)
     for name, val in (("max-gpus", max_gpus), ("max-tp", max_tp), ("max-pp", max_pp), ("max-dp", max_dp),
-                      ("max-micro-batch", max_micro_batch), ("max-vpp", max_vpp), ("min-gpus", min_gpus)):
+                      ("max-micro-batch", max_micro_batch), ("max-vpp", max_vpp), ("max-ep", max_ep),
+                      ("min-gpus", min_gpus)):
         if val is not None and val <= 0:
             raise UserError(f"--{name}: {val} must be a positive integer")
     space = dict(num_gpus=num_gpus, max_gpus=max_gpus, min_gpus=min_gpus or 1, max_tp=max_tp, max_pp=max_pp,
-                 max_dp=max_dp, max_micro_batch=max_micro_batch, max_vpp=max_vpp)
-    for name in ("tp", "pp", "dp", "micro_batch", "vpp"):
+                 max_dp=max_dp, max_micro_batch=max_micro_batch, max_vpp=max_vpp, max_ep=max_ep)
+    for name in ("tp", "pp", "dp", "micro_batch", "vpp", "ep"):
         if name in restrict:
             space[name] = (int(restrict[name]),)
     if "recompute" in restrict:
@@ -101,7 +103,8 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
 
 
 def _row_strategy(r: dict) -> str:
-    s = f"tp={r['tp']} pp={r['pp']} dp={r['dp']} mb={r['micro_batch']}"
+    s = f"tp={r['tp']} pp={r['pp']} dp={r['dp']}" + (f" ep={r['ep']}" if r.get("ep", 1) > 1 else "") \
+        + f" mb={r['micro_batch']}"
     if r["schedule"] == "interleaved":
         s += f" vpp={r['vpp']}"
     elif r["schedule"] != "1f1b":
@@ -158,16 +161,21 @@ def _print_search(result, sens, space, source: str = "...") -> None:
     from rich.table import Table
 
     from vtrain.costmodel.spec import gpu_line, gpu_overrides
+    from vtrain.cli.predict_cmd import fmt_interval
 
     cfg = result.config
     m, c = cfg.model, cfg.cluster
     console = Console(width=None if sys.stdout.isatty() else 150)
     gpus = f"{space.num_gpus}" if space.num_gpus is not None else f"<= {space.max_gpus}"
-    title = (f"{m.arch} {m.num_parameters / 1e9:.1f}B ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}), "
+    size = (f"{m.num_parameters / 1e9:.1f}B ({m.active_parameters / 1e9:.1f}B active, {m.num_experts} experts "
+            f"top-{m.experts_per_token})" if m.num_experts else f"{m.num_parameters / 1e9:.1f}B")
+    title = (f"{m.arch} {size} ({m.num_layers}L, h={m.hidden_size}, seq={m.seq_len}), "
              f"global batch {cfg.parallel.global_batch}, {gpus} x {c.gpu} ({c.precision}) - best by {result.objective}")
     table = Table(title=title)
     money = result.price_per_gpu_hour > 0
-    cols = ["#", "tp", "pp", "dp", "GPUs", "mb", "sched", "recomp", "SP", "ZeRO", "iter time", "MFU",
+    moe = bool(m.num_experts)
+    cols = ["#", "tp", "pp", "dp"] + (["ep"] if moe else []) + ["GPUs", "mb", "sched", "recomp", "SP", "ZeRO",
+                                                                "iter time", "90 % interval", "MFU",
             "mem GiB (free)", ("$ " if money else "GPU-h ") + result.cost_basis, "limited by"]
     if result.tokens:
         cols.append("days")
@@ -175,10 +183,14 @@ def _print_search(result, sens, space, source: str = "...") -> None:
         table.add_column(col, justify="left" if col in ("sched", "recomp", "limited by") else "right")
     for r in result.top:
         sched = f"v{r['vpp']}" if r["schedule"] == "interleaved" else r["schedule"]
-        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]) + (f" cp{r['cp']}" if r.get("cp", 1) > 1 else ""),
+        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]) + (f" cp{r['cp']}" if r.get("cp", 1) > 1 else "")] + \
+            ([str(r["ep"])] if moe else []) + [
                str(r["num_gpus"]), str(r["micro_batch"]),
                sched, r["recompute"], "y" if r["sequence_parallel"] else "-", str(r["zero_stage"]),
-               _fmt_time(r["iteration_time_s"]), f"{r['mfu'] * 100:.1f}%",
+               _fmt_time(r["iteration_time_s"]),
+               fmt_interval(r["iteration_time_s_low"] or float("nan"), r["iteration_time_s_high"] or float("nan"),
+                            0.9).removesuffix(", 90 %") or "-",
+               f"{r['mfu'] * 100:.1f}%",
                f"{r['memory_gib']:.1f} ({r['memory_headroom_pct']:.0f}%)",
                _fmt_money(r["cost"]) if money else f"{r['gpu_hours']:,.0f}",
                f"{r['limiter']} {r['limiter_share_pct']:.0f}%" + (", memory" if r["memory_headroom_pct"] < 5 else "")]
@@ -208,7 +220,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--pp {b['pp']} --micro-batch {b['micro_batch']} --global-batch {b['global_batch']} "
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
-                      + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
+                      + (f" --ep {b['ep']}" if moe else "") + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 
@@ -219,6 +231,8 @@ SEARCH_FILTER_HELP = dict(
     dp="Only strategies with this data-parallel degree (default: all).",
     micro_batch="Only strategies with this micro-batch size (default: all up to --max-micro-batch).",
     vpp="Only strategies with this virtual-pipeline degree (default: all).",
+    ep="Only strategies with this expert-parallel degree (MoE models; default: every divisor of num_experts "
+       "that divides dp).",
     recompute="Only these recompute modes, comma-separated: none, selective, full (default: all).",
     zero_stage="Only this ZeRO stage 0-3 (default: all).",
     schedule="Only these schedules, comma-separated: 1f1b, interleaved, gpipe (default: 1f1b and interleaved).",
@@ -238,14 +252,17 @@ def search(
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="Search every GPU count up to N "
                                                                      "(instead of exactly --num-gpus N)."),
     min_gpus: Optional[int] = typer.Option(None, "--min-gpus", help="With --max-gpus: smallest GPU count."),
-    objective: str = typer.Option("time", "--objective", help="time (fastest iteration), cost (cheapest per "
-                                                               "token) or tokens-per-dollar (same order as cost)."),
+    objective: str = typer.Option("time", "--objective", help="time (fastest iteration), time-p90 (lowest upper "
+                                                               "bound of the 90 % prediction interval), cost "
+                                                               "(cheapest per token) or tokens-per-dollar (same "
+                                                               "order as cost)."),
     top: int = typer.Option(10, "--top", "-k", help="How many strategies to show."),
     max_tp: Optional[int] = typer.Option(None, "--max-tp", help="Largest tensor-parallel degree."),
     max_pp: Optional[int] = typer.Option(None, "--max-pp", help="Largest pipeline-parallel degree."),
     max_dp: Optional[int] = typer.Option(None, "--max-dp", help="Largest data-parallel degree."),
     max_micro_batch: int = typer.Option(32, "--max-micro-batch", help="Largest micro-batch size."),
     max_vpp: Optional[int] = typer.Option(None, "--max-vpp", help="Largest virtual-pipeline degree."),
+    max_ep: Optional[int] = typer.Option(None, "--max-ep", help="Largest expert-parallel degree (MoE models)."),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="Training tokens for cost/days (e.g. 300e9); "
                                                                    "default: cost per 1B tokens."),
     price_per_gpu_hour: Optional[float] = typer.Option(None, "--price-per-gpu-hour",
@@ -261,7 +278,7 @@ def search(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the time-versus-cost Pareto front (PNG/PDF/SVG)."),
     **fields,
 ):
-    """Find the fastest or cheapest strategy (tp, pp, dp, micro-batch, schedule/vpp, recompute, SP, ZeRO)
+    """Find the fastest or cheapest strategy (tp, pp, dp, ep for MoE, micro-batch, schedule/vpp, recompute, SP, ZeRO)
     that fits in memory; every valid strategy is evaluated in one batched, jitted call."""
     from vtrain.costmodel.errors import ParameterError, UserError
 
@@ -272,7 +289,7 @@ def search(
     positive_flag("--tokens", tokens, "300e9")
     price_flag("--price-per-gpu-hour", price_per_gpu_hour)
     cfg, space = build_search_inputs(config, model, gpu, fields, max_gpus, min_gpus, max_tp, max_pp, max_dp,
-                                     max_micro_batch, max_vpp)
+                                     max_micro_batch, max_vpp, max_ep)
     from vtrain.costmodel.predictor import Predictor
 
     predictor = Predictor.load(checkpoint)
@@ -294,7 +311,9 @@ def search(
                    num_enumerated=result.num_enumerated, num_fit=result.num_fit, num_evaluated=result.num_evaluated,
                    timings=result.timings, num_parameters=cfg.model.num_parameters,
                    model={k: v for k, v in cfg.flat().items() if k in ("arch", "num_layers", "hidden_size",
-                          "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len")},
+                          "num_attention_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len",
+                          *(MOE_MODEL_FIELDS if cfg.model.num_experts else ()))},
+                   **(dict(active_parameters=cfg.model.active_parameters) if cfg.model.num_experts else {}),
                    gpu=cfg.cluster.gpu, global_batch=cfg.parallel.global_batch,
                    num_gpus=space.num_gpus, max_gpus=space.max_gpus, top=result.top, pareto=result.pareto,
                    sensitivity=sens)

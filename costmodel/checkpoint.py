@@ -15,10 +15,13 @@ import numpy as np
 from vtrain.costmodel.atomic import atomic_write
 from vtrain.costmodel.correction import parameter_shapes, trainable_count
 from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.intervals import check_calibration
 
 FORMAT_VERSION = 1
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_NAME = "default"
+# The analytical predictor's prediction-interval calibration (`vtrain calibrate DATASET -c none`)
+ANALYTICAL_INTERVALS = "analytical.intervals.json"
 
 
 class CheckpointError(UserError):
@@ -99,7 +102,51 @@ def load(name_or_path: str | os.PathLike = DEFAULT_NAME) -> tuple[dict, dict]:
         raise CheckpointError(f"checkpoint '{path}' does not match its metadata '{meta_path}' "
                               f"({trainable_count(flat)} parameters in the .npz, {meta['parameters']} in the "
                               f".json): the two files come from different fits; copy them together or {retrain}")
+    try:
+        meta["intervals"] = check_calibration(meta.get("intervals"), str(meta_path))
+    except ValueError as err:
+        raise CheckpointError(f"checkpoint metadata {err}; recalibrate with `vtrain calibrate DATASET_DIR -c {path}` "
+                              "or remove the 'intervals' entry (predictions then carry no interval)") from None
     return unflatten(flat), meta
+
+
+def shipped_dir() -> Path:
+    """The installed package's checkpoints/ folder."""
+    try:
+        from importlib.resources import files
+
+        return Path(str(files("vtrain.checkpoints")))
+    except ModuleNotFoundError:
+        return CHECKPOINT_DIR
+
+
+def load_analytical_intervals() -> dict | None:
+    """The shipped calibration of the analytical predictor's intervals (None if not shipped)."""
+    path = shipped_dir() / ANALYTICAL_INTERVALS
+    if not path.is_file():
+        return None
+    try:
+        return check_calibration(json.loads(path.read_text(encoding="utf-8")), str(path))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: {err}; recalibrate with `vtrain calibrate DATASET_DIR -c none "
+                              "--replace-shipped`") from None
+
+
+def set_intervals(path: str | os.PathLike, calibration: dict) -> Path:
+    """Store `calibration` as the "intervals" entry of checkpoint `path`'s .json metadata (atomically;
+    the weights are not touched). Returns the .json path."""
+    meta_path = resolve_path(path).with_suffix(".json")
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["intervals"] = calibration
+    atomic_write(meta_path, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n"))
+    return meta_path
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    """`data` as indented JSON at `path`, atomically."""
+    path = Path(path)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+    return path
 
 
 def check_arrays(flat: dict[str, np.ndarray], path: Path) -> None:

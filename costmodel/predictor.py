@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vtrain.costmodel import checkpoint as ckpt
+from vtrain.costmodel import intervals
 from vtrain.costmodel import cost
 from vtrain.costmodel.cost import TrainingCost
 from vtrain.costmodel.encode import encode
@@ -36,6 +37,12 @@ class Prediction:
     model_flops: float
     checkpoint: str = "none"
     gpu_memory_gib: float = 0.0
+    # The prediction interval (seconds) at `interval_level` (NaN: the checkpoint has no calibration);
+    # `interval_widening` > 1 where the config lies outside the training data (see costmodel/intervals.py).
+    iteration_time_s_low: float = float("nan")
+    iteration_time_s_high: float = float("nan")
+    interval_level: float = intervals.LEVEL
+    interval_widening: float = 1.0
 
     def training_cost(self, tokens: float, price_per_gpu_hour: float = 0.0) -> TrainingCost:
         return cost.training_cost(self.iteration_time_s, self.config.parallel.num_gpus,
@@ -55,14 +62,26 @@ class Predictor:
     metadata: dict = field(default_factory=dict)
     name: str = "none"
     allreduce_table: dict | None = None
+    # The prediction-interval calibration (costmodel/intervals.py); None: predictions carry no interval.
+    calibration: dict | None = None
 
     @classmethod
     def load(cls, checkpoint: str | None = ckpt.DEFAULT_NAME, allreduce_table: dict | None = None) -> "Predictor":
         """'none'/None: analytical; a name or a .npz path: that checkpoint."""
         if checkpoint is None or str(checkpoint).lower() in ("none", "analytical", ""):
-            return cls(None, {}, "none", allreduce_table)
+            return cls(None, {}, "none", allreduce_table, ckpt.load_analytical_intervals())
         params, meta = ckpt.load(checkpoint)
-        return cls(params, meta, str(checkpoint), allreduce_table)
+        return cls(params, meta, str(checkpoint), allreduce_table, meta.get("intervals"))
+
+    @property
+    def feature_range(self) -> dict | None:
+        """The global term's training feature range (None for the analytical model)."""
+        return ((self.correction or {}).get("feature_range") or {}).get("global")
+
+    def interval(self, d, time_s, xp=np) -> dict:
+        """{"low", "high", "distance", "widening"} arrays (seconds) for encoded configs `d` predicted
+        at `time_s` (see costmodel/intervals.py); NaN bounds without a calibration."""
+        return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp)
 
     def simulate(self, d: dict, xp=np) -> dict:
         """Raw simulator output for an encoded batch (see simulator.simulate)."""
@@ -73,6 +92,7 @@ class Predictor:
             return []
         d = encode(configs)
         out = self.simulate(d)
+        band = self.interval(d, out["iteration_time_s"])
         results = []
         for i, config in enumerate(configs):
             results.append(Prediction(
@@ -88,6 +108,10 @@ class Predictor:
                 model_flops=float(out["model_flops"][i]),
                 checkpoint=self.name,
                 gpu_memory_gib=float(d.hbm_bytes[i]) / GiB,
+                iteration_time_s_low=float(band["low"][i]),
+                iteration_time_s_high=float(band["high"][i]),
+                interval_level=float((self.calibration or {}).get("level", intervals.LEVEL)),
+                interval_widening=float(np.broadcast_to(band["widening"], d.tp.shape)[i]),
             ))
         return results
 

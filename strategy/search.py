@@ -8,7 +8,8 @@ not fit in memory, evaluate the rest in one batched, jitted call of the combined
 The strategy grid is built with numpy from the same validity rules as `spec.build_config`
 (tp divides heads and meets the kv-head rule, pp*vpp divides layers, dp*micro_batch divides the
 global batch, tp*pp*dp == num_gpus, interleaved needs pp > 1 and vpp > 1, ZeRO-3 only with pp == 1,
-sequence parallelism only with tp > 1 and tp dividing seq_len). Memory is checked in float64 numpy
+sequence parallelism only with tp > 1 and tp dividing seq_len; for mixture-of-experts models ep
+divides num_experts and dp, tp > 1 needs SP). Memory is checked in float64 numpy
 first (cheap); times come from `simulate` under `jax.jit` in float32, padded to a few fixed batch
 sizes so one search compiles once; the best candidates are then re-evaluated exactly in float64
 numpy, so reported figures equal `vtrain predict`'s.
@@ -33,15 +34,15 @@ from vtrain.costmodel.errors import ParameterError, UserError
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS
-from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors
+from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors, fmt_choices
 from vtrain.costmodel.spec import TrainConfig
 from vtrain.costmodel.units import GiB
 
-OBJECTIVES = ("time", "cost", "tokens-per-dollar")
+OBJECTIVES = ("time", "time-p90", "cost", "tokens-per-dollar")  # time-p90: the interval's upper bound
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
-                   "recompute", "sequence_parallel", "zero_stage", "cp")
+                   "recompute", "sequence_parallel", "zero_stage", "ep", "cp")
 LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP comm",
                 "cp_comm": "CP ring", "dp_comm": "DP comm",
                 "bubble": "bubble", "optimizer": "optimizer", "overhead": "overhead"}
@@ -61,6 +62,7 @@ class SearchSpace:
     max_dp: int | None = None
     max_micro_batch: int = 32
     max_vpp: int | None = None
+    max_ep: int | None = None
     max_cp: int | None = None
     cp: tuple | None = None
     tp: tuple | None = None
@@ -68,6 +70,7 @@ class SearchSpace:
     dp: tuple | None = None
     micro_batch: tuple | None = None
     vpp: tuple | None = None
+    ep: tuple | None = None  # expert-parallel degrees (MoE models; dense models always ep=1)
     recompute: tuple = RECOMPUTE_MODES
     zero_stages: tuple = (0, 1, 2, 3)
     schedules: tuple = ("1f1b", "interleaved")
@@ -103,6 +106,21 @@ def _cp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
     return _allowed(out, space.cp, space.max_cp)
 
 
+def _ep_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
+    """Expert-parallel degrees to consider: divisors of num_experts (dense models: only 1)."""
+    experts = cfg.model.num_experts
+    if not experts:
+        if space.ep is not None and 1 not in set(space.ep):
+            raise ParameterError("ep", f"{space.ep[0]} needs a mixture-of-experts model; set num_experts or ep=1")
+        return [1]
+    eps = _allowed(divisors(experts), space.ep, space.max_ep)
+    if not eps:
+        raise ParameterError("ep", f"{', '.join(str(e) for e in (space.ep or (space.max_ep,)))} leaves no expert-"
+                                   f"parallel degree dividing num_experts={experts}; use ep in "
+                                   f"{fmt_choices(divisors(experts))}")
+    return eps
+
+
 def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
     """[L, 4] valid (tp, pp, dp, cp) rows (before micro-batch choices)."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
@@ -126,7 +144,11 @@ def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
                 else:
                     cand = [d for d in dps if space.min_gpus <= t * p * c * d <= space.max_gpus]
                 rows += [(t, p, d, c) for d in cand if d in dps]
-    return np.array(rows, dtype=np.int64).reshape(-1, 4)
+    lay = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    if cfg.model.num_experts:  # some allowed ep must divide dp (rules.check)
+        eps = np.array(_ep_values(cfg, space), dtype=np.int64)
+        lay = lay[((lay[:, 2:3] % eps[None, :]) == 0).any(axis=1)]
+    return lay
 
 
 def _cross(a: dict, b: dict) -> dict:
@@ -174,6 +196,10 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
             for z in space.zero_stages]
     cat = np.array(cats, dtype=np.int64).reshape(-1, 3)
     t = _cross(t, dict(recompute=cat[:, 0], sequence_parallel=cat[:, 1], zero_stage=cat[:, 2]))
+    # expert parallelism: ep divides num_experts (and dp: rules.check); dense models only ep=1
+    eps = _ep_values(cfg, space)
+    t = _cross(t, dict(ep=np.array(eps, dtype=np.int64).reshape(-1)))
+    t = _mask(t, (t["dp"] % t["ep"]) == 0)  # (rules.check's, early)
     # Search's own pruning: SP without TP is the same strategy as without SP; a ZeRO stage > 0
     # with dp == 1 shards nothing (kept once, as the space's first stage).
     sp = t["sequence_parallel"] > 0
@@ -205,7 +231,7 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
     n = len(strategies["tp"])
     f = {k: (np.repeat(v, n) if broadcast or n == 0 else v) for k, v in config_fields([cfg]).items()}
     for key in STRATEGY_FIELDS:
-        if key != "num_micro_batches":
+        if key != "num_micro_batches" and key in strategies:  # (no ep column yet: cfg's ep, 1 for dense)
             f[key] = strategies[key]
     f["sequence_parallel"] = strategies["sequence_parallel"] > 0
     f["overlap_grad_reduce"] = f["overlap_grad_reduce"].astype(bool)
@@ -223,8 +249,8 @@ def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
                 vpp=int(strategies["vpp"][i]), schedule=SCHEDULES[int(strategies["schedule"][i])],
                 recompute=RECOMPUTE_MODES[int(strategies["recompute"][i])],
                 sequence_parallel=bool(strategies["sequence_parallel"][i]),
-                zero_stage=int(strategies["zero_stage"][i]), first_stage_layers=0, last_stage_layers=0,
-                cp=int(strategies["cp"][i]))
+                zero_stage=int(strategies["zero_stage"][i]), ep=int(strategies["ep"][i]), first_stage_layers=0,
+                last_stage_layers=0, cp=int(strategies["cp"][i]))
     return flat
 
 
@@ -367,9 +393,33 @@ class SearchResult:
         return f"for {self.tokens:.3g} tokens" if self.tokens else "per 1B tokens"
 
 
+def interval_bounds(predictor, d: SimInput, time_s) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) seconds of the predictor's prediction interval around `time_s` for strategies `d`
+    (NaN without a calibration; costmodel/intervals.py)."""
+    if getattr(predictor, "interval", None) is None:
+        nan = np.full(np.shape(time_s), np.nan)
+        return nan, nan
+    with np.errstate(all="ignore"):
+        band = predictor.interval(d, np.asarray(time_s, dtype=np.float64))
+    return np.asarray(band["low"], dtype=np.float64), np.asarray(band["high"], dtype=np.float64)
+
+
+def ranking_times(predictor, objective: str, d: SimInput, time_s) -> np.ndarray:
+    """The times an objective ranks by: the interval's upper bound for time-p90, else `time_s`."""
+    if objective != "time-p90":
+        return np.asarray(time_s, dtype=np.float64)
+    high = interval_bounds(predictor, d, time_s)[1]
+    if np.isnan(high).any():
+        raise ParameterError("objective", f"time-p90 needs prediction intervals, and checkpoint "
+                             f"'{getattr(predictor, 'name', '?')}' has no calibration for these strategies; add one "
+                             "with `vtrain calibrate DATASET_DIR -c CHECKPOINT` or rank by 'time'")
+    return high
+
+
 def objective_key(objective: str, time_s, num_gpus, tokens_per_iteration):
-    """Smaller is better. time: iteration time; cost / tokens-per-dollar: GPU-seconds per token."""
-    if objective == "time":
+    """Smaller is better. time: iteration time (time-p90: pass the interval's upper bound as
+    `time_s`); cost / tokens-per-dollar: GPU-seconds per token."""
+    if objective in ("time", "time-p90"):
         return np.asarray(time_s, dtype=np.float64)
     if objective in ("cost", "tokens-per-dollar"):
         return np.asarray(time_s, dtype=np.float64) * num_gpus / tokens_per_iteration
@@ -381,7 +431,8 @@ def _describe(cfg: TrainConfig, s: dict, i: int) -> str:
     return (f"tp={s['tp'][i]} pp={s['pp'][i]} dp={s['dp'][i]} micro_batch={s['micro_batch'][i]}"
             + (f" vpp={s['vpp'][i]}" if s["vpp"][i] > 1 else "") + (f" {sched}" if sched != "1f1b" else "")
             + f" recompute={RECOMPUTE_MODES[int(s['recompute'][i])]} zero={s['zero_stage'][i]}"
-            + (" sp" if s["sequence_parallel"][i] else "") + (f" cp={s['cp'][i]}" if s["cp"][i] > 1 else ""))
+            + (" sp" if s["sequence_parallel"][i] else "") + (f" ep={s['ep'][i]}" if s["ep"][i] > 1 else "")
+            + (f" cp={s['cp'][i]}" if s["cp"][i] > 1 else ""))
 
 
 def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
@@ -391,7 +442,8 @@ def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
     rule = (f"tp*pp*dp must equal the GPU count with tp dividing heads={m.num_attention_heads}"
             f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp <= layers={m.num_layers}"
             f"{' (pp<=' + str(space.max_pp) + ')' if space.max_pp else ''} and dp dividing global_batch={batch}"
-            f"{' (dp<=' + str(space.max_dp) + ')' if space.max_dp else ''}")
+            f"{' (dp<=' + str(space.max_dp) + ')' if space.max_dp else ''}"
+            + (f", and ep in {fmt_choices(_ep_values(cfg, space))} dividing dp" if m.num_experts else ""))
     hint = ""
     if space.num_gpus is not None:
         near = []
@@ -415,9 +467,6 @@ def candidates(cfg: TrainConfig, space: SearchSpace):
         raise ParameterError("max_gpus", f"{space.max_gpus} must be a positive integer")
     if (space.num_gpus is None) == (space.max_gpus is None):
         raise UserError("search: give exactly one of num_gpus or max_gpus")
-    if cfg.model.num_experts:
-        raise UserError("search: mixture-of-experts models are not searched yet (ep is not enumerated); "
-                        "predict each layout with `vtrain predict --ep N` instead")
     strategies = enumerate_strategies(cfg, space)
     n = len(strategies["tp"])
     if n == 0:
@@ -453,6 +502,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
     d = encode_strategies(cfg, sub)
     out = predictor.simulate(d)
     n = len(sub["tp"])
+    low, high = interval_bounds(predictor, d, out["iteration_time_s"])
     tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
     rows = []
     for j in range(n):
@@ -470,7 +520,9 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             micro_batch=int(sub["micro_batch"][j]), num_micro_batches=int(sub["num_micro_batches"][j]),
             vpp=int(sub["vpp"][j]), schedule=values["schedule"], recompute=values["recompute"],
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
-            iteration_time_s=t, tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
+            ep=int(sub["ep"][j]),
+            iteration_time_s=t, iteration_time_s_low=_number(low[j]), iteration_time_s_high=_number(high[j]),
+            tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
             memory_gib=mem / GiB, gpu_memory_gib=cap / GiB, memory_headroom_pct=100.0 * (1.0 - mem / cap),
             fits_memory=bool(out["fits_memory"][j]), gpu_hours=c.gpu_hours, cost=c.cost, train_days=c.train_days,
             tokens_per_dollar=(c.tokens / c.cost) if c.cost > 0 else float("inf"),
@@ -478,6 +530,12 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             config=values,
         ))
     return rows
+
+
+def _number(value) -> float | None:
+    """A float, or None (JSON null) for NaN."""
+    value = float(value)
+    return None if value != value else value
 
 
 def _rank(key: np.ndarray, mem: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -488,12 +546,14 @@ def _rank(key: np.ndarray, mem: np.ndarray, index: np.ndarray) -> np.ndarray:
 def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, times, objective, top, price, tokens,
             method, timings) -> SearchResult:
     tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
-    key = objective_key(objective, times, strategies["num_gpus"][evaluated_idx], tokens_per_iter)
+    rank_times = ranking_times(predictor, objective, d.take(evaluated_idx), times)
+    key = objective_key(objective, rank_times, strategies["num_gpus"][evaluated_idx], tokens_per_iter)
     order = evaluated_idx[_rank(key, mem[evaluated_idx], evaluated_idx)]
     # Exact (float64) re-evaluation of the leaders; float32 ranks are within ~1e-6 of these.
     shortlist = order[: max(4 * top, 64)]
     rows = exact_rows(predictor, cfg, strategies, shortlist, price, tokens)
-    ekey = objective_key(objective, np.array([r["iteration_time_s"] for r in rows]),
+    time_column = "iteration_time_s_high" if objective == "time-p90" else "iteration_time_s"
+    ekey = objective_key(objective, np.array([r[time_column] for r in rows]),
                          np.array([r["num_gpus"] for r in rows]), tokens_per_iter)
     emem = np.array([r["memory_gib"] for r in rows])
     rows = [rows[i] for i in _rank(ekey, emem, shortlist) if rows[i]["fits_memory"]]
@@ -501,7 +561,7 @@ def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, time
     seen, shown = set(), []
     for r in rows:
         sig = (round(r["iteration_time_s"], 12), r["tp"], r["pp"], r["dp"], r["micro_batch"], r["vpp"],
-               r["recompute"], r["sequence_parallel"])
+               r["recompute"], r["sequence_parallel"], r["ep"])
         if sig in seen:
             continue
         seen.add(sig)
@@ -516,6 +576,8 @@ def _finish(predictor, cfg, space, strategies, d, mem, fits, evaluated_idx, time
                    num_gpus=int(ngpu[i]), strategy=_describe(cfg, strategies, int(evaluated_idx[i]))) for i in front]
     feasible = {k: v[evaluated_idx] for k, v in strategies.items()}
     feasible.update(iteration_time_s=times, cost=cost, gpu_hours=gpu_hours)
+    if objective == "time-p90":
+        feasible["iteration_time_s_high"] = rank_times
     return SearchResult(config=cfg, objective=objective, price_per_gpu_hour=price, tokens=tokens, top=shown[:top],
                         num_enumerated=len(strategies["tp"]), num_fit=int(fits.sum()),
                         num_evaluated=len(evaluated_idx), feasible=feasible, pareto=pareto, timings=timings,
@@ -633,7 +695,7 @@ def sensitivity(predictor, cfg: TrainConfig, row: dict) -> list[dict]:
 def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "time", top: int = 10,
                   price_per_gpu_hour: float | None = None, tokens: float | None = None, steps: int = 40,
                   radius: float = 1.0) -> SearchResult:
-    """Gradient-guided search: for each categorical combination (schedule, recompute, SP, ZeRO), run
+    """Gradient-guided search: for each categorical combination (schedule, recompute, SP, ZeRO, ep), run
     projected sign-gradient descent on the relaxed log2 degrees (jax.grad of log time [+ log GPUs for
     cost] + a memory-overflow penalty) from a 3x3 grid of starts, then evaluate exactly only the valid,
     fitting strategies within `radius` (in log2 units) of where the descents ended."""
@@ -644,12 +706,12 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     strategies, d, mem, fits = candidates(cfg, space)
     logs = np.log2(np.stack([strategies[k] for k in KNOBS], axis=1).astype(np.float64))
     cat = np.stack([strategies["schedule"], strategies["recompute"], strategies["sequence_parallel"],
-                    strategies["zero_stage"]], axis=1)
+                    strategies["zero_stage"], strategies["ep"], strategies["cp"]], axis=1)
     feasible = np.flatnonzero(fits)
     combos, inverse = np.unique(cat[feasible], axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     fixed = math.log2(space.num_gpus) if space.num_gpus is not None else -1.0
-    cost_w = 0.0 if objective == "time" else 1.0
+    cost_w = 0.0 if objective in ("time", "time-p90") else 1.0
     xs, lo, hi, owners, rows_base = [], [], [], [], []
     for c in range(len(combos)):
         members = feasible[inverse == c]
@@ -671,9 +733,10 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
         g, _, _ = relaxed_gradient(predictor, x, base, w)
         lr = 0.5 * (0.05 / 0.5) ** (step / max(steps - 1, 1))
         x = np.clip(x - lr * np.sign(g), lo, hi)
-        if fixed >= 0:  # keep dp = N / (tp * pp) inside its range
-            x[:, 1] = np.clip(x[:, 1], fixed - x[:, 0] - hi[:, 2], fixed - x[:, 0] - lo[:, 2])
-            x[:, 2] = fixed - x[:, 0] - x[:, 1]
+        if fixed >= 0:  # keep dp = N / (tp * pp * cp) inside its range
+            fc = fixed - np.log2(np.asarray(base.cp, dtype=np.float64))
+            x[:, 1] = np.clip(x[:, 1], fc - x[:, 0] - hi[:, 2], fc - x[:, 0] - lo[:, 2])
+            x[:, 2] = fc - x[:, 0] - x[:, 1]
         elif space.max_gpus is not None:  # project onto tp*pp*dp <= max_gpus
             for _ in range(3):
                 excess = np.maximum(x[:, 0] + x[:, 1] + x[:, 2] - math.log2(space.max_gpus), 0.0)
@@ -698,7 +761,8 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
         if len(todo):
             times[todo] = evaluate(predictor, d.take(todo))["iteration_time_s"]
         idx = np.flatnonzero(~np.isnan(times))
-        key = objective_key(objective, times[idx], strategies["num_gpus"][idx], tokens_per_iter)
+        key = objective_key(objective, ranking_times(predictor, objective, d.take(idx), times[idx]),
+                            strategies["num_gpus"][idx], tokens_per_iter)
         leaders = idx[_rank(key, mem[idx], idx)[:max(top, 8)]]
         if leaders_before is not None and set(leaders) == set(leaders_before):
             break

@@ -4,7 +4,9 @@
     forecast_frame(df)                                                 # pandas in, pandas out
 
 Every input column is kept (in order, rows in order) and these are added:
-iteration_time_s, tokens_per_s, mfu, memory_gib_per_gpu, fits_memory; with a `tokens` column
+iteration_time_s with its 90 % prediction interval iteration_time_s_low / _high (null when the
+checkpoint has no calibration; costmodel/intervals.py), tokens_per_s, mfu, memory_gib_per_gpu,
+fits_memory; with a `tokens` column
 also train_days, gpu_hours and cost (gpu_hours * price_per_gpu_hour, from the row's column or
 the default price); and `error`, the reason a row could not be forecast (null when it could).
 Invalid rows keep their place with null results.
@@ -37,7 +39,8 @@ from vtrain.costmodel.spec import ALL_FIELDS
 from vtrain.costmodel.units import GiB
 from vtrain.tables.columns import PRESET_COLUMN, check_columns, encode_table
 
-RESULT_COLUMNS = ("iteration_time_s", "tokens_per_s", "mfu", "memory_gib_per_gpu", "fits_memory")
+RESULT_COLUMNS = ("iteration_time_s", "iteration_time_s_low", "iteration_time_s_high", "tokens_per_s", "mfu",
+                  "memory_gib_per_gpu", "fits_memory")
 COST_COLUMNS = ("train_days", "gpu_hours", "cost")
 ERROR_COLUMN = "error"
 TOKENS_COLUMN, PRICE_COLUMN, TEAM_COLUMN = "tokens", "price_per_gpu_hour", "team"
@@ -96,6 +99,7 @@ class ShardedEvaluator:
                 raise UserError(f"--devices: {count} is out of range; this process has {len(local)} JAX devices")
             chosen = local[:count]
         self.jax = jax
+        self.predictor = predictor
         self.devices = len(chosen)
         self.mesh = Mesh(np.array(chosen), ("rows",))
         self.sharding = NamedSharding(self.mesh, PartitionSpec("rows"))
@@ -203,8 +207,13 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
         _first_error(errors, tok_present & ~np.isnan(price) & ~np.isfinite(c.cost),
                      lambda i: f"price_per_gpu_hour: {price[i]:g} gives a non-finite cost; give a realistic price")
     bad = errors != None  # noqa: E711
+    with np.errstate(all="ignore"):  # rows with errors hold placeholder values; masked below
+        band = evaluator.predictor.interval(d, it) if n else dict(low=np.zeros(0), high=np.zeros(0))
+    no_band = bad | np.isnan(band["low"])
     new: dict[str, pa.Array] = {
         "iteration_time_s": pa.array(it, mask=bad, type=pa.float64()),
+        "iteration_time_s_low": pa.array(np.asarray(band["low"], np.float64), mask=no_band, type=pa.float64()),
+        "iteration_time_s_high": pa.array(np.asarray(band["high"], np.float64), mask=no_band, type=pa.float64()),
         "tokens_per_s": pa.array(np.asarray(res["tokens_per_s"], np.float64), mask=bad, type=pa.float64()),
         "mfu": pa.array(np.asarray(res["mfu"], np.float64), mask=bad, type=pa.float64()),
         "memory_gib_per_gpu": pa.array(np.asarray(res["memory"], np.float64) / GiB, mask=bad, type=pa.float64()),

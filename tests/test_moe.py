@@ -175,12 +175,10 @@ def test_predict_cli_reports_total_and_active_parameters(cli):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
-def test_forecast_accepts_moe_columns_and_search_refuses_moe_models():
+def test_forecast_accepts_moe_columns():
     import pandas as pd
 
     from vtrain import forecast
-    from vtrain.costmodel.errors import UserError
-    from vtrain.strategy.search import SearchSpace, search
 
     jobs = pd.DataFrame(dict(model=["mixtral-8x7b", "mixtral-8x7b", "llama2-7b"], num_gpus=[16, 16, 8], ep=[8, 3, 1],
                              global_batch=[64, 64, 64]))
@@ -189,5 +187,110 @@ def test_forecast_accepts_moe_columns_and_search_refuses_moe_models():
     assert out["iteration_time_s"][0] == pytest.approx(single.iteration_time_s, rel=1e-12)
     assert out["error"][1].startswith("ep: 3 does not divide num_experts=8")
     assert out["error"][2] is None or out["error"][2] != out["error"][2]
-    with pytest.raises(UserError, match="mixture-of-experts"):
-        search(single.config, SearchSpace(num_gpus=16), ANALYTICAL)
+
+
+# ----------------------------------------------------------------------------- search over ep
+
+MIXTRAL_64 = dict(lookup_model("mixtral-8x7b"), gpu="h100-sxm", global_batch=256)
+
+
+@pytest.fixture(scope="module")
+def mixtral_search():
+    from vtrain.strategy.search import SearchSpace, search
+
+    return search(build_config(MIXTRAL_64), SearchSpace(num_gpus=64), ANALYTICAL, top=40)
+
+
+def test_search_enumerates_ep_and_every_result_predicts_the_same(mixtral_search):
+    res = mixtral_search
+    eps = {r["ep"] for r in res.top}
+    assert max(eps) > 1 and len(eps) > 1
+    assert set(np.unique(res.feasible["ep"])) <= {1, 2, 4, 8}
+    assert (res.feasible["dp"] % res.feasible["ep"] == 0).all()
+    for r in res.top[:12]:
+        assert r["config"]["ep"] == r["ep"]
+        pred = ANALYTICAL.predict(build_config(r["config"]))  # raises ConfigError if search broke a rule
+        assert r["iteration_time_s"] == pytest.approx(pred.iteration_time_s, rel=1e-12)
+        assert r["memory_gib"] == pytest.approx(pred.memory_gib_per_gpu, rel=1e-12)
+        assert r["breakdown"]["ep_comm"] == pytest.approx(pred.breakdown["ep_comm"], rel=1e-12)
+        assert (r["ep"] > 1) == (r["breakdown"]["ep_comm"] > 0)
+
+
+def test_enumerated_moe_strategies_pass_build_config_and_encode_the_same():
+    from vtrain.strategy.search import SearchSpace, encode_strategies, enumerate_strategies, strategy_values
+
+    cfg = build_config(MIXTRAL_64)
+    s = enumerate_strategies(cfg, SearchSpace(max_gpus=64))
+    n = len(s["tp"])
+    sample = np.random.default_rng(1).choice(n, size=80, replace=False)
+    configs = [build_config(strategy_values(cfg, s, i)) for i in sample]
+    assert [c.parallel.ep for c in configs] == [int(s["ep"][i]) for i in sample]
+    ours, ref = encode_strategies(cfg, {k: v[sample] for k, v in s.items()}), encode(configs)
+    for key in ref._fields:
+        np.testing.assert_allclose(getattr(ours, key), getattr(ref, key), err_msg=key)
+    # each layout is offered with every ep dividing both num_experts and dp
+    same = ((s["tp"] == 2) & (s["pp"] == 2) & (s["micro_batch"] == 1) & (s["recompute"] == 0)
+            & (s["zero_stage"] == 1) & (s["schedule"] == 0) & (s["num_gpus"] == 64))
+    assert sorted(s["ep"][same]) == [1, 2, 4, 8]  # dp = 16
+
+
+def test_ep_across_nodes_costs_more_all_to_all_in_the_ranking():
+    from vtrain.strategy.search import SearchSpace, search
+
+    # tp=2 on 8-GPU nodes: ep=4 spans 8 consecutive GPUs (one node), ep=8 spans 16 (two nodes)
+    space = SearchSpace(num_gpus=64, tp=(2,), pp=(4,), micro_batch=(1,), recompute=("selective",), zero_stages=(1,),
+                        schedules=("1f1b",), sequence_parallel=(True,))
+    res = search(build_config(MIXTRAL_64), space, ANALYTICAL, top=10)
+    a2a = {r["ep"]: r["breakdown"]["ep_comm"] for r in res.top}
+    assert set(a2a) == {1, 2, 4, 8}
+    assert a2a[1] == 0.0
+    # same bytes per GPU for every ep (T * k * h); only the share leaving the node changes
+    assert a2a[8] > 3.0 * a2a[4]
+    slow = build_config(dict(MIXTRAL_64, inter_node_bw_Gbps=100))
+    res_slow = search(slow, space, ANALYTICAL, top=10)
+    slow_a2a = {r["ep"]: r["breakdown"]["ep_comm"] for r in res_slow.top}
+    assert slow_a2a[4] == pytest.approx(a2a[4], rel=1e-12)  # inside a node: the NIC does not matter
+    assert slow_a2a[8] > 2.0 * a2a[8]
+
+
+def test_search_ep_filters_and_errors():
+    from vtrain.costmodel.errors import ParameterError
+    from vtrain.strategy.search import SearchSpace, enumerate_strategies
+
+    cfg = build_config(MIXTRAL_64)
+    s = enumerate_strategies(cfg, SearchSpace(num_gpus=64, ep=(4,)))
+    assert len(s["ep"]) > 0 and set(s["ep"]) == {4}
+    assert set(enumerate_strategies(cfg, SearchSpace(num_gpus=64, max_ep=2))["ep"]) == {1, 2}
+    with pytest.raises(ParameterError, match="ep: 3 leaves no expert-parallel degree dividing num_experts=8"):
+        enumerate_strategies(cfg, SearchSpace(num_gpus=64, ep=(3,)))
+    dense = build_config(dict(lookup_model("llama2-7b"), gpu="h100-sxm", global_batch=64))
+    with pytest.raises(ParameterError, match="ep: 2 needs a mixture-of-experts model"):
+        enumerate_strategies(dense, SearchSpace(num_gpus=8, ep=(2,)))
+    assert set(enumerate_strategies(dense, SearchSpace(num_gpus=8))["ep"]) == {1}
+
+
+def test_search_cli_shows_and_filters_ep(cli):
+    base = ["search", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--num-gpus", "64", "--global-batch", "256",
+            "--checkpoint", "none", "--no-sensitivity", "--top", "5"]
+    out = cli(*base, "--ep", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert [r["ep"] for r in data["top"]] == [4] * 5 and data["model"]["num_experts"] == 8
+    assert data["active_parameters"] < data["num_parameters"]
+    csv_out = cli(*base, "--csv")
+    assert csv_out.returncode == 0, csv_out.stderr
+    assert "ep" in csv_out.stdout.splitlines()[0].split(",")
+    table = cli(*base)
+    assert table.returncode == 0, table.stderr
+    assert "┃ ep ┃" in table.stdout and "--ep " in table.stdout
+    bad = cli(*base, "--ep", "3")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--ep: 3 leaves no expert-parallel degree" in bad.stderr
+
+
+def test_guided_search_finds_the_moe_enumeration_best(mixtral_search):
+    from vtrain.strategy.search import SearchSpace, guided_search
+
+    guided = guided_search(build_config(MIXTRAL_64), SearchSpace(num_gpus=64), ANALYTICAL, top=1)
+    assert guided.top[0]["iteration_time_s"] == pytest.approx(mixtral_search.top[0]["iteration_time_s"], rel=1e-9)
+    assert guided.num_evaluated < mixtral_search.num_evaluated

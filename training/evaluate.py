@@ -54,7 +54,7 @@ def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = 
         test = fold_of == fold
         params, _ = train(ds, replace(settings, label=f"fold {fold}"), runs=runs[~test], init=init)
         pred[test] = predict_runs(runs[test], params)
-    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=fold_of)
     return out[~np.isnan(pred)]
 
 
@@ -121,7 +121,7 @@ def cross_validate(ds: Dataset, settings: FitSettings, folds: int | None = None)
     measured = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not len(runs):
         return runs, measured
-    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs))
+    run_predictions = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=run_fold)
     return run_predictions[~np.isnan(pred)], measured
 
 

@@ -1,0 +1,119 @@
+"""Prediction intervals for the iteration time: split-conformal bounds on the log ratio
+measured / predicted, widened outside the training data.
+
+A calibration (stored in a checkpoint's .json under "intervals", or for the analytical predictor in
+checkpoints/analytical.intervals.json; built by training/intervals.py from held-out residuals) is
+
+    {"level": 0.9, "widening": g, "far_widening": f, "calibrated_distance": u_max,
+     "log_ratio": {"single-node": [lo, hi], "multi-node": [lo, hi]}, ...}
+
+and a prediction t of a config at domain distance u (see `domain_distance`) gets the interval
+
+    [t * exp(lo * w), t * exp(hi * w)]   (seconds),  w = 1 + g * u + f * max(u - u_max, 0)
+
+where [lo, hi] are the conformal quantiles of the held-out scores log(measured / predicted) / (1 + g * u)
+of the config's setting (single-node: all GPUs in one node; multi-node otherwise). Pure array code
+(numpy or jax.numpy), no state.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vtrain.costmodel.correction import run_features
+
+LEVEL = 0.9
+SETTINGS = ("single-node", "multi-node")
+
+
+def conformal_bounds(scores, level: float = LEVEL) -> tuple[float, float]:
+    """Equal-tailed split-conformal quantiles (lo, hi) of calibration `scores`: a new score from the
+    same distribution lies in [lo, hi] with probability >= `level`. Finite-sample ranks
+    floor((n + 1) a/2) and ceil((n + 1)(1 - a/2)) with a = 1 - level; -inf / inf when there are too
+    few scores for that rank (fewer than 2/a - 1, i.e. 19 at 90 %)."""
+    s = np.sort(np.asarray(scores, dtype=float))
+    n = len(s)
+    alpha = 1.0 - level
+    k_lo = math.floor((n + 1) * alpha / 2.0 + 1e-9)  # (1 - 0.9) / 2 * 100 is 4.999... in floating point
+    k_hi = math.ceil((n + 1) * (1.0 - alpha / 2.0) - 1e-9)
+    lo = float(s[k_lo - 1]) if 1 <= k_lo <= n else -math.inf
+    hi = float(s[k_hi - 1]) if 1 <= k_hi <= n else math.inf
+    return lo, hi
+
+
+def domain_distance(feature_range: dict | None, d, xp=np):
+    """Per config: how far the global term's inputs (run_features) lie outside `feature_range`
+    ({"min", "max"} of the training runs' features), as the Euclidean norm of the per-input excess in
+    doublings (log2 units; a 0/1 flag never seen in training counts 1). 0 inside the range, or when
+    there is no range (the analytical model)."""
+    features = xp.asarray(run_features(d, xp)) * 4.0  # run_features divides log2 values by 4
+    if feature_range is None:
+        return xp.zeros(features.shape[:-1])
+    lo = xp.asarray(feature_range["min"]) * 4.0
+    hi = xp.asarray(feature_range["max"]) * 4.0
+    excess = xp.maximum(lo - features, 0.0) + xp.maximum(features - hi, 0.0)
+    return xp.sqrt(xp.sum(excess * excess, axis=-1))
+
+
+def setting_of(num_gpus, gpus_per_node, xp=np):
+    """1 where a config spans nodes (multi-node), else 0."""
+    return (xp.asarray(num_gpus) > xp.asarray(gpus_per_node)) * 1
+
+
+def widening(calibration: dict, distance, xp=np):
+    """The factor applied to the log bounds: 1 + g * u, plus f * (u - u_max) beyond the largest
+    distance u_max the calibration's held-out rows had (`calibrated_distance`), where nothing measured
+    says how fast the error grows; f (`far_widening`, 1 in the shipped calibrations) is a stated
+    prior, not a fit: one doubling beyond u_max doubles the interval's log width."""
+    g = float(calibration.get("widening", 0.0))
+    f = float(calibration.get("far_widening", 0.0))
+    u_max = float(calibration.get("calibrated_distance", 0.0))
+    return 1.0 + g * distance + f * xp.maximum(distance - u_max, 0.0)
+
+
+def bounds(calibration: dict | None, time_s, num_gpus, gpus_per_node, distance, xp=np):
+    """(low, high) in seconds around predicted `time_s` (arrays); NaN where the calibration has no
+    bounds for the config's setting, or when there is no calibration."""
+    time_s = xp.asarray(time_s, dtype=float)
+    if not calibration:
+        nan = xp.full(time_s.shape, xp.nan)
+        return nan, nan
+    multi = setting_of(num_gpus, gpus_per_node, xp)
+    table = calibration["log_ratio"]
+
+    def bound(name, i):
+        value = (table.get(name) or [None, None])[i]
+        return xp.nan if value is None else float(value)
+
+    lo = xp.where(multi == 1, bound("multi-node", 0), bound("single-node", 0))
+    hi = xp.where(multi == 1, bound("multi-node", 1), bound("single-node", 1))
+    w = widening(calibration, distance, xp)
+    return time_s * xp.exp(lo * w), time_s * xp.exp(hi * w)
+
+
+def interval_arrays(calibration: dict | None, feature_range: dict | None, d, time_s, xp=np) -> dict:
+    """{"low", "high", "distance", "widening"} arrays for configs `d` (a SimInput) predicted at
+    `time_s` seconds."""
+    distance = domain_distance(feature_range, d, xp)
+    low, high = bounds(calibration, time_s, d.num_gpus, d.gpus_per_node, distance, xp)
+    factor = widening(calibration or {}, distance, xp)
+    return dict(low=low, high=high, distance=distance, widening=factor)
+
+
+def check_calibration(calibration, where: str) -> dict | None:
+    """`calibration` if it has the stored layout, else None (with no interval shown); `where` names
+    the file for errors. Raises ValueError naming the problem when the layout is broken."""
+    if calibration is None:
+        return None
+    if not isinstance(calibration, dict) or not isinstance(calibration.get("log_ratio"), dict):
+        raise ValueError(f"{where}: 'intervals' has no 'log_ratio' table")
+    for name, pair in calibration["log_ratio"].items():
+        if pair is not None and (not isinstance(pair, list) or len(pair) != 2
+                                 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair)):
+            raise ValueError(f"{where}: intervals.log_ratio.{name} must be [low, high] finite numbers, got {pair!r}")
+    for key in ("widening", "far_widening", "calibrated_distance"):
+        g = calibration.get(key, 0.0)
+        if not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+            raise ValueError(f"{where}: intervals.{key} must be a finite number >= 0, got {g!r}")
+    return calibration

@@ -1,0 +1,240 @@
+"""Prediction intervals: split-conformal bounds, the widening outside the training data, calibration
+and held-out coverage on synthetic residuals, and the intervals predict, the API and the
+checkpoint carry."""
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vtrain.costmodel import checkpoint as ckpt
+from vtrain.costmodel import intervals
+from vtrain.costmodel.encode import encode
+from vtrain.costmodel.predictor import Predictor
+from vtrain.costmodel.spec import build_config
+from vtrain.training import intervals as iv
+from vtrain.training.model import init_correction, to_numpy
+
+CALIBRATED = ("none", "default")  # shipped predictors with a stored interval calibration
+
+
+def test_conformal_bounds_take_the_finite_sample_ranks():
+    scores = np.arange(1, 100, dtype=float)  # 99 scores 1..99, shuffled below
+    rng = np.random.default_rng(0)
+    lo, hi = intervals.conformal_bounds(rng.permutation(scores), 0.9)
+    # ranks floor(100 * 0.05) = 5 and ceil(100 * 0.95) = 95
+    assert (lo, hi) == (5.0, 95.0)
+    assert intervals.conformal_bounds(scores[:10], 0.9) == (-math.inf, math.inf)  # too few for 90 %
+
+
+def test_conformal_bounds_cover_new_draws_at_the_level():
+    rng = np.random.default_rng(1)
+    lo, hi = intervals.conformal_bounds(rng.normal(0.1, 0.2, 400), 0.9)
+    new = rng.normal(0.1, 0.2, 20000)
+    assert 0.87 < np.mean((new >= lo) & (new <= hi)) < 0.93
+
+
+def _configs(**change):
+    base = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=2, pp=2, global_batch=32)
+    return encode([build_config(dict(base, **change))])
+
+
+def test_domain_distance_counts_doublings_beyond_the_training_range():
+    d = _configs()
+    from vtrain.costmodel.correction import run_features
+
+    f = np.asarray(run_features(d, np))
+    inside = dict(min=f.min(axis=0), max=f.max(axis=0))
+    assert intervals.domain_distance(inside, d)[0] == 0.0
+    assert intervals.domain_distance(None, d)[0] == 0.0
+    # hidden 2048 -> 8192 is two doublings beyond a range that ends at 2048
+    far = _configs(hidden_size=8192, num_attention_heads=64)
+    assert intervals.domain_distance(inside, far)[0] == pytest.approx(2.0)
+
+
+def test_bounds_use_the_setting_and_widen_with_distance():
+    cal = dict(level=0.9, widening=0.5, log_ratio={"single-node": [-0.1, 0.2], "multi-node": [-0.3, 0.4]})
+    low, high = intervals.bounds(cal, np.array([10.0, 10.0, 10.0]), np.array([8, 64, 8]), np.array([8, 8, 8]),
+                                 np.array([0.0, 0.0, 2.0]))
+    assert low[0] == pytest.approx(10 * math.exp(-0.1)) and high[0] == pytest.approx(10 * math.exp(0.2))
+    assert low[1] == pytest.approx(10 * math.exp(-0.3)) and high[1] == pytest.approx(10 * math.exp(0.4))
+    assert low[2] == pytest.approx(10 * math.exp(-0.2)) and high[2] == pytest.approx(10 * math.exp(0.4))  # x(1+0.5*2)
+    far = dict(cal, widening=0.0, far_widening=1.0, calibrated_distance=1.5)
+    _, high = intervals.bounds(far, np.array([10.0, 10.0]), np.array([64, 64]), np.array([8, 8]), np.array([1.0, 3.5]))
+    assert high[0] == pytest.approx(10 * math.exp(0.4)) and high[1] == pytest.approx(10 * math.exp(0.4 * 3.0))
+    nan_low, _ = intervals.bounds(None, np.array([1.0]), np.array([8]), np.array([8]), np.array([0.0]))
+    assert np.isnan(nan_low[0])
+
+
+def _synthetic_residuals(seed=0, n=600):
+    """Held-out log ratios: noise sd 0.05 single-node, 0.15 multi-node, and 3x the noise per unit of
+    distance for the rows outside their training range (a model that extrapolates worse)."""
+    rng = np.random.default_rng(seed)
+    setting = np.where(rng.random(n) < 0.7, "single-node", "multi-node")
+    u = np.where(rng.random(n) < 0.3, rng.uniform(0.5, 2.0, n), 0.0)
+    sd = np.where(setting == "single-node", 0.05, 0.15) * (1 + 3 * u)
+    groups = rng.integers(0, 12, n).astype(str)
+    return rng.normal(0, sd), setting, u, groups
+
+
+def test_calibration_widens_outside_the_data_and_holds_its_level_on_held_out_groups():
+    r, setting, u, groups = _synthetic_residuals()
+    cal = iv.calibrate(r, setting, u)
+    assert cal["widening"] > 0 and cal["rows_outside"] == int((u > 0).sum())
+    lo_s, hi_s = cal["log_ratio"]["single-node"]
+    lo_m, hi_m = cal["log_ratio"]["multi-node"]
+    assert hi_m - lo_m > 2 * (hi_s - lo_s)  # multi-node residuals are 3x as wide
+    covered = iv.grouped_coverage(r, setting, u, groups)
+    for name in intervals.SETTINGS:
+        assert 0.84 < covered[setting == name].mean() < 0.96, name
+    assert covered[u > 0].mean() > 0.85  # the widening keeps the extrapolated rows covered
+    # Without widening (g = 0), the rows outside are under-covered: the choice of g matters.
+    table = {s: intervals.conformal_bounds(r[setting == s], 0.9) for s in intervals.SETTINGS}
+    plain = iv.coverage(r, setting, u, dict(widening=0.0, log_ratio={k: list(v) for k, v in table.items()}))
+    assert plain[u > 0].mean() < 0.8
+
+
+def test_a_setting_with_too_few_rows_gets_no_interval():
+    r, setting, u, _ = _synthetic_residuals(n=200)
+    setting = np.where(np.arange(200) < 190, "single-node", "multi-node")
+    cal = iv.calibrate(r, setting, u)
+    assert cal["log_ratio"]["multi-node"] is None and cal["log_ratio"]["single-node"] is not None
+    assert not iv.coverage(r[-5:], setting[-5:], u[-5:], cal).any()
+
+
+def test_predictions_carry_the_stored_interval_through_the_checkpoint(tmp_path, cli):
+    cal = dict(level=0.9, widening=1.0, log_ratio={"single-node": [-0.1, 0.2], "multi-node": [-0.2, 0.3]})
+    params = to_numpy(init_correction(0))
+    path = ckpt.save(tmp_path / "c.npz", params, dict(note="test"))
+    ckpt.set_intervals(path, cal)
+    predictor = Predictor.load(str(path))
+    cfg = build_config(dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=2, pp=2,
+                            global_batch=32))
+    p = predictor.predict(cfg)
+    assert p.iteration_time_s_low == pytest.approx(p.iteration_time_s * math.exp(-0.1))
+    assert p.iteration_time_s_high == pytest.approx(p.iteration_time_s * math.exp(0.2))
+    result = cli("predict", "--num-layers", 24, "--hidden-size", 2048, "--heads", 16, "--num-gpus", 8, "--tp", 2,
+                 "--pp", 2, "--global-batch", 32, "--checkpoint", path, "--json")
+    out = json.loads(result.stdout)
+    assert out["iteration_time_s_low"] == pytest.approx(p.iteration_time_s_low)
+    assert out["iteration_time_s_high"] == pytest.approx(p.iteration_time_s_high)
+    table = cli("predict", "--num-layers", 24, "--hidden-size", 2048, "--heads", 16, "--num-gpus", 8, "--tp", 2,
+                "--pp", 2, "--global-batch", 32, "--checkpoint", path)
+    assert p.iteration_time_s_high < 1.0  # shown in ms
+    assert f"{p.iteration_time_s_low * 1e3:.3g}-{p.iteration_time_s_high * 1e3:.3g} ms, 90 %)" in table.stdout
+    # A broken calibration is refused in one line naming the file.
+    meta = json.loads(path.with_suffix(".json").read_text())
+    meta["intervals"]["log_ratio"]["single-node"] = [0.1]
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    bad = cli("predict", "--model", "gpt3-1.3b", "--checkpoint", path)
+    assert bad.returncode == 2 and "intervals.log_ratio.single-node" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_shipped_predictors_carry_intervals():
+    cfg = dict(model="gpt3-175b", gpu="a100-80gb", tp=8, pp=8, micro_batch=1, global_batch=6144,
+               schedule="interleaved", vpp=6, recompute="selective", sequence_parallel=True)
+    import vtrain
+
+    for checkpoint in CALIBRATED:
+        near = vtrain.predict(vtrain.load_config(**dict(cfg, num_gpus=3072)), checkpoint=checkpoint)
+        assert near.iteration_time_s_low < near.iteration_time_s < near.iteration_time_s_high, checkpoint
+    # Beyond the largest distance the held-out residuals had, the interval widens (and predict says so).
+    far = vtrain.predict(vtrain.load_config(**dict(cfg, num_gpus=12288)))
+    small = vtrain.predict(vtrain.load_config(model="gpt3-1.3b", num_gpus=8, tp=1, global_batch=64))
+    assert far.interval_widening > 1.0 and small.interval_widening == 1.0
+    assert math.log(far.iteration_time_s_high / far.iteration_time_s) > \
+        math.log(small.iteration_time_s_high / small.iteration_time_s)
+
+
+def test_forecast_rows_carry_the_same_interval_as_predict():
+    import pandas as pd
+
+    import vtrain
+
+    jobs = pd.DataFrame(dict(model=["gpt3-1.3b", "gpt3-175b", "gpt3-1.3b"], gpu="a100-80gb",
+                             num_gpus=[8, 3072, 8], tp=[1, 8, 3], pp=[1, 8, 1], global_batch=[64, 1536, 64]))
+    for checkpoint in CALIBRATED:
+        out = vtrain.forecast(jobs, checkpoint=checkpoint)
+        for i in (0, 1):
+            p = vtrain.predict(vtrain.load_config(**jobs.iloc[i].to_dict()), checkpoint=checkpoint)
+            assert out["iteration_time_s_low"][i] == pytest.approx(p.iteration_time_s_low, rel=1e-9), checkpoint
+            assert out["iteration_time_s_high"][i] == pytest.approx(p.iteration_time_s_high, rel=1e-9), checkpoint
+        assert pd.isna(out["iteration_time_s_low"][2]) and out["error"][2]  # tp=3 does not divide: no interval
+
+
+def test_search_ranks_by_the_upper_bound_with_time_p90():
+    import vtrain
+
+    cfg = vtrain.load_config(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=16, global_batch=64)
+    by_time = vtrain.search(cfg, checkpoint="none", max_gpus=16, min_gpus=8, top=30, max_micro_batch=2)
+    by_p90 = vtrain.search(cfg, checkpoint="none", max_gpus=16, min_gpus=8, top=30, max_micro_batch=2,
+                           objective="time-p90")
+    for result in (by_time, by_p90):
+        for r in result.top:
+            assert r["iteration_time_s_low"] < r["iteration_time_s"] < r["iteration_time_s_high"]
+    highs = [r["iteration_time_s_high"] for r in by_p90.top]
+    assert highs == sorted(highs)
+    times = [r["iteration_time_s"] for r in by_time.top]
+    assert times == sorted(times)
+    # The analytical interval of a single-node config is wider above than a multi-node one's, so the
+    # two objectives need not agree; the upper-bound winner has the lowest upper bound of both lists.
+    assert by_p90.top[0]["iteration_time_s_high"] <= min(r["iteration_time_s_high"] for r in by_time.top)
+
+
+def _synthetic_dataset(path):
+    """48 single-node runs of 4 model shapes, 'measured' = analytical x 1.3 x 5 % noise."""
+    from vtrain.costmodel.simulator import simulate
+    from vtrain.dataset import store
+
+    rng = np.random.default_rng(0)
+    rows = [build_config(dict(num_layers=layers, hidden_size=hidden, num_attention_heads=16, seq_len=1024, num_gpus=8,
+                              tp=tp, pp=pp, micro_batch=1, global_batch=batch, precision="fp16")).flat()
+            for layers, hidden in [(12, 1024), (16, 1024), (12, 2048), (24, 2048)]
+            for tp, pp in [(1, 1), (2, 1), (2, 2), (4, 2), (1, 4), (8, 1)] for batch in (64, 128)]
+    runs = pd.DataFrame(rows)
+    measured = simulate(encode([build_config(r) for r in rows]))["iteration_time_s"] * 1.3
+    runs["iteration_time_s"] = measured * np.exp(rng.normal(0, 0.05, len(rows)))
+    runs["interconnect"], runs["source"] = "nvlink", "test:synthetic"
+    store.append(path, "runs", runs)
+
+
+def test_calibrate_stores_held_out_intervals_and_refuses_bad_targets(cli, tmp_path, monkeypatch):
+    """The command's plumbing (held-out predictions -> calibration -> the checkpoint's .json ->
+    predict). The grouped CV is stubbed with the analytical predictions (the CV itself is tested in
+    test_fit_validate.py), so no fit runs here."""
+    from vtrain.cli import calibrate_cmd
+    from vtrain.training import evaluate as ev
+
+    _synthetic_dataset(tmp_path / "ds")
+    calls = []
+
+    def fake_cv(ds, settings, folds, init=None):
+        calls.append((settings.steps, settings.seed, folds))
+        runs = ds.runs.reset_index(drop=True)
+        return runs.assign(predicted_s=ev.predict_runs(runs, None), setting=ev.setting_label(runs),
+                           shape=ev.shape_key(runs), fold=ev.shape_folds(runs, folds))
+
+    monkeypatch.setattr(ev, "cross_validate_runs", fake_cv)
+    monkeypatch.setattr(ev, "pretrain", lambda ds, settings: None)
+    path = ckpt.save(tmp_path / "c.npz", to_numpy(init_correction(0)), dict(settings=dict(steps=20, seed=3)))
+    calibrate_cmd.calibrate(tmp_path / "ds", str(path), published=None, folds=2, replace_shipped=False, quiet=True)
+    assert calls == [(20, 3, 2)]  # the checkpoint's own recipe settings
+    cal = json.loads(path.with_suffix(".json").read_text())["intervals"]
+    assert cal["rows"] == {"single-node": 48, "multi-node": 0}
+    assert cal["log_ratio"]["multi-node"] is None and len(cal["log_ratio"]["single-node"]) == 2
+    lo, hi = cal["log_ratio"]["single-node"]
+    assert lo < math.log(1.3) < hi and hi - lo < 0.3  # around the 30 % slowdown, about +-2 sd of the noise
+    assert set(cal["coverage_leave_one_group_out"]) == {"single-node"}
+    out = json.loads(cli("predict", "--model", "gpt3-1.3b", "--num-gpus", 8, "-c", path, "--json").stdout)
+    # The stubbed predictions are the analytical ones, 30 % too fast: the interval lies above them.
+    assert out["iteration_time_s_low"] == pytest.approx(out["iteration_time_s"] * math.exp(lo))
+    assert out["iteration_time_s_high"] == pytest.approx(out["iteration_time_s"] * math.exp(hi))
+    multi = json.loads(cli("predict", "--model", "gpt3-1.3b", "--num-gpus", 16, "-c", path, "--json").stdout)
+    assert multi["iteration_time_s_low"] is None and "no calibration" in multi["interval_note"]
+    # Refused in one line: the shipped folder without --replace-shipped, a dataset without runs.
+    shipped = cli("calibrate", tmp_path / "ds", "-c", "none")
+    assert shipped.returncode == 2 and "--replace-shipped" in shipped.stderr and shipped.stderr.count("\n") == 1
+    (tmp_path / "empty").mkdir()
+    empty = cli("calibrate", tmp_path / "empty", "-c", path)
+    assert empty.returncode == 2 and "Traceback" not in empty.stderr and empty.stderr.count("\n") == 1
