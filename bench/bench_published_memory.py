@@ -90,6 +90,9 @@ def to_fields(r: dict):
         f["gpu"] = "v100"
     elif "A100" in gpu:
         f["gpu"] = "a100-40gb" if "2020" in gpu else "a100-80gb"
+    elif "HBM2e" in gpu:  # torchtitan's power-capped 96 GB parts (figures: the importer's)
+        from vtrain.dataset.import_published import H100_POWER_CAPPED
+        f.update(H100_POWER_CAPPED)
     elif "H100" in gpu:
         f["gpu"] = "h100-sxm"
     if sid.startswith("bloom"):

@@ -82,11 +82,21 @@ FIELD_OPTIONS = dict(
     vpp=typer.Option(None, "--vpp", help="Virtual pipeline stages per GPU (interleaved)."),
     overlap_grad_reduce=typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                      help="Overlap DP gradient reduction with the backward pass."),
+    first_stage_layers=typer.Option(None, "--first-stage-layers", help="Layers of the first pipeline stage "
+                                    "(uneven stages; default: spread evenly)."),
+    last_stage_layers=typer.Option(None, "--last-stage-layers", help="Layers of the last pipeline stage "
+                                   "(uneven stages; default: spread evenly)."),
+    cp=typer.Option(None, "--cp", help="Context-parallel degree: each sequence split over cp GPUs (ring attention; "
+                    "dp = num_gpus/(tp*pp*cp))."),
     ep=typer.Option(None, "--ep", help="Expert-parallel degree (inside the data-parallel group)."),
     gpus_per_node=typer.Option(None, "--gpus-per-node", help="GPUs per node (default from the GPU preset)."),
     intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),
     inter_node_bw_Gbps=typer.Option(None, "--inter-node-bw-Gbps", help="NIC Gb/s per GPU."),
     precision=typer.Option(None, "--precision", help="fp16, bf16 or fp8."),
+    peak_tflops=typer.Option(None, "--peak-tflops", help="Dense bf16/fp16 peak TFLOP/s (default from the GPU preset; "
+                             "the fp8 peak scales with it), e.g. for a power-capped part."),
+    hbm_bandwidth_GBps=typer.Option(None, "--hbm-bandwidth-GBps", help="HBM GB/s (default from the GPU preset)."),
+    gpu_memory_GiB=typer.Option(None, "--gpu-memory-GiB", help="GPU memory in GiB (default from the GPU preset)."),
 )
 # Flag value types follow the spec's field types (every flag is optional).
 FIELD_TYPES = {name: Optional[{"int": int, "float": float, "bool": bool, "str": str}[FIELD_KINDS[name]]]

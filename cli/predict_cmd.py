@@ -12,7 +12,7 @@ from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_override
 
 BREAKDOWN_LABELS = {
     "compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP all-to-all",
-    "dp_comm": "DP comm (exposed)",
+    "cp_comm": "CP ring (exposed)", "dp_comm": "DP comm (exposed)",
     "bubble": "pipeline bubble", "optimizer": "optimizer step", "overhead": "framework overhead",
 }
 
@@ -144,6 +144,9 @@ def _print_table(cfg, result, cost, price):
     from rich.console import Console
     from rich.table import Table
 
+    from vtrain.costmodel.pipeline import gpu_stage_layers
+    from vtrain.costmodel.spec import gpu_line
+
     m, p, c = cfg.model, cfg.parallel, cfg.cluster
     console = Console()
     params = f"{m.num_parameters / 1e9:.1f}B" + (
@@ -154,8 +157,12 @@ def _print_table(cfg, result, cost, price):
     strategy = (f"tp={p.tp} pp={p.pp} dp={p.dp} micro_batch={p.micro_batch} global_batch={p.global_batch} "
                 f"({p.num_micro_batches} micro-batches) schedule={p.schedule}"
                 + (f" vpp={p.vpp}" if p.vpp > 1 else "") + f" recompute={p.recompute} zero={p.zero_stage}"
-                + (" sp" if p.sequence_parallel else "") + (f" ep={p.ep}" if m.num_experts else ""))
-    caption = strategy + f"\ncheckpoint: {result.checkpoint}"
+                + (" sp" if p.sequence_parallel else "") + (f" ep={p.ep}" if m.num_experts else "")
+                + (f" cp={p.cp}" if p.cp > 1 else ""))
+    stages = gpu_stage_layers(m.num_layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
+    if len(set(stages)) > 1:
+        strategy += f"\nuneven stages: layers per pipeline GPU {'+'.join(map(str, stages))} (the heaviest sets the pace)"
+    caption = strategy + f"\n{gpu_line(c)}\ncheckpoint: {result.checkpoint}"
     if m.num_experts and p.ep * p.tp > c.gpus_per_node and result.checkpoint != "none":
         caption += " (the all-to-all across nodes is analytical: no measured cross-node all-to-all)"
     if m.num_experts:
@@ -171,7 +178,7 @@ def _print_table(cfg, result, cost, price):
     table.add_row("memory per GPU", f"{result.memory_gib_per_gpu:.1f} / {result.gpu_memory_gib:.0f} GiB ({fits})")
     table.add_section()
     for key, seconds in result.breakdown.items():
-        if key in ("overhead", "ep_comm") and seconds == 0:
+        if key in ("overhead", "ep_comm", "cp_comm") and seconds == 0:
             continue
         share = seconds / result.iteration_time_s * 100
         table.add_row(f"  {BREAKDOWN_LABELS[key]}", f"{_fmt_time(seconds)}  ({share:4.1f} %)")

@@ -163,6 +163,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from vtrain.costmodel.spec import gpu_line, gpu_overrides
     from vtrain.cli.predict_cmd import fmt_interval
 
     cfg = result.config
@@ -185,7 +186,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
         table.add_column(col, justify="left" if col in ("sched", "recomp", "limited by") else "right")
     for r in result.top:
         sched = f"v{r['vpp']}" if r["schedule"] == "interleaved" else r["schedule"]
-        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"])] + ([str(r["ep"])] if moe else []) + [
+        row = [str(r["rank"]), str(r["tp"]), str(r["pp"]), str(r["dp"]) + (f" cp{r['cp']}" if r.get("cp", 1) > 1 else "")] + \
+            ([str(r["ep"])] if moe else []) + [
                str(r["num_gpus"]), str(r["micro_batch"]),
                sched, r["recompute"], "y" if r["sequence_parallel"] else "-", str(r["zero_stage"]),
                _fmt_time(r["iteration_time_s"]),
@@ -203,7 +205,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                      f"{result.num_evaluated:,} evaluated ({result.method}); "
                      f"price ${result.price_per_gpu_hour:g}/GPU-hour; checkpoint: {result.checkpoint}; "
                      f"search {sum(v for k, v in t.items() if k.endswith('_s')):.2f} s. "
-                     "'limited by' = largest non-compute share of the iteration")
+                     "'limited by' = largest non-compute share of the iteration\n" + gpu_line(c))
     console.print(table)
     if sens:
         st = Table(title="sensitivity at #1 (jax.grad of log time w.r.t. log degree, global batch fixed)")
@@ -221,7 +223,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--pp {b['pp']} --micro-batch {b['micro_batch']} --global-batch {b['global_batch']} "
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
-                      + (f" --ep {b['ep']}" if moe else ""))
+                      + (f" --ep {b['ep']}" if moe else "") + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
+                      + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 
 # In search the layout flags filter the strategies searched instead of setting one layout.

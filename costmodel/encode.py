@@ -6,7 +6,8 @@ validated TrainConfigs, `tables.columns.encode_table` for a table, `strategy.sea
 strategy grid; `with_layout` swaps the parallel degrees (search's relaxed, continuous degrees).
 
 Enums are codes (recompute: rules.Recompute; schedule: rules.Schedule; llama: 1.0 for
-Arch.LLAMA, else 0.0; flash: 1.0 for attention=flash, 0.0 for unfused) and the GPU preset becomes its figures in FLOP/s, bytes and bytes/s, so the
+Arch.LLAMA, else 0.0; flash: 1.0 for attention=flash, 0.0 for unfused) and the GPU preset (with the config's peak_tflops / hbm_bandwidth_GBps / gpu_memory_GiB
+overrides) becomes its figures in FLOP/s, bytes and bytes/s, so the
 simulator never looks anything up. SimInput is a NamedTuple, hence a JAX pytree: it passes
 through jax.jit, vmap and grad as it is.
 """
@@ -16,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vtrain.costmodel.pipeline import stage_layer_counts
 from vtrain.costmodel.rules import ARCHS, ATTENTIONS, GPU_LIST, PRECISIONS, RECOMPUTE_MODES, SCHEDULES, Arch
 from vtrain.costmodel.spec import TrainConfig
 
@@ -64,6 +66,14 @@ class SimInput(NamedTuple):
     shared: Any
     dense_layers: Any
     ep: Any
+    # layers held by the first, the heaviest middle, the last and the mean middle pipeline GPU
+    # (all layers / pp for even stages; pipeline.stage_layer_counts)
+    layers_first: Any
+    layers_mid: Any
+    layers_last: Any
+    layers_mid_avg: Any
+    # context parallelism: `seq` above is the tokens of a sequence on one cp rank (seq_len / cp)
+    cp: Any
 
     def map(self, fn) -> "SimInput":
         """`fn` applied to every field (e.g. a cast, padding, a device transfer)."""
@@ -80,9 +90,11 @@ class SimInput(NamedTuple):
 
 def with_layout(d: SimInput, tp, pp, dp, micro_batch, vpp) -> SimInput:
     """`d` with other parallel degrees (any array type, continuous values allowed); num_gpus and
-    the micro-batches per pipeline follow from them."""
-    return d._replace(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, num_gpus=tp * pp * dp,
-                      num_micro_batches=d.global_batch / (dp * micro_batch))
+    the micro-batches per pipeline follow from them, and the stages hold layers / pp each (even)."""
+    even = d.layers / pp
+    return d._replace(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, vpp=vpp, num_gpus=tp * pp * dp * d.cp,
+                      num_micro_batches=d.global_batch / (dp * micro_batch), layers_first=even, layers_mid=even,
+                      layers_last=even, layers_mid_avg=even)
 
 
 _GPU = dict(
@@ -94,25 +106,39 @@ _PEAK = np.array([[s.peak_flops.get(p, 0.0) for p in PRECISIONS] for s in GPU_LI
 _GRAD = np.array([GRAD_BYTES[p] for p in PRECISIONS])
 
 
+def _figure(value, unit: float, preset):
+    """An overridable GPU figure in SI units: `value` (in `unit`s) * unit, or exactly the preset's
+    SI value where `value` is the preset's (so an unchanged GPU encodes bit-identically)."""
+    si = np.asarray(value, dtype=np.float64) * unit
+    return np.where(np.isclose(si, preset, rtol=1e-12, atol=0.0), preset, si)
+
+
 def sim_input(r: dict, dtype=np.float64) -> SimInput:
     """SimInput from resolved canonical fields (rules.check's output; every row valid)."""
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
     g, prec = np.asarray(r["gpu"]), np.asarray(r["precision"])
+    # peak_tflops overrides the 16-bit peak; the other precisions' peaks scale with it
+    peak_16 = _figure(r["peak_tflops"], 1e12, _GPU["peak_flops_16"][g])
     d = SimInput(
         layers=f(r["num_layers"]), hidden=f(r["hidden_size"]), heads=f(r["num_attention_heads"]),
-        kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]), seq=f(r["seq_len"]),
+        kv_heads=f(r["num_kv_heads"]), ffn=f(r["ffn_hidden_size"]), vocab=f(r["vocab_size"]),
+        seq=f(r["seq_len"]) / f(r["cp"]), cp=f(r["cp"]),
         llama=f(np.asarray(r["arch"]) == Arch.LLAMA), flash=f(np.asarray(r["attention"]) == 0),
         tp=None, pp=None, dp=None, num_gpus=None, micro_batch=None, vpp=None, num_micro_batches=None,
         global_batch=f(r["global_batch"]), sp=f(r["sequence_parallel"]), recompute=f(r["recompute"]),
         zero_stage=f(r["zero_stage"]), schedule=f(r["schedule"]), overlap=f(r["overlap_grad_reduce"]),
-        peak_flops=_PEAK[g, prec], peak_flops_16=_GPU["peak_flops_16"][g], hbm_bw=_GPU["hbm_bw"][g],
-        hbm_bytes=_GPU["hbm_bytes"][g], intra_bw=f(r["intra_node_bw_GBps"]) * 1e9,
+        peak_flops=_PEAK[g, prec] * (peak_16 / _GPU["peak_flops_16"][g]), peak_flops_16=peak_16,
+        hbm_bw=_figure(r["hbm_bandwidth_GBps"], 1e9, _GPU["hbm_bw"][g]),
+        hbm_bytes=_figure(r["gpu_memory_GiB"], 1024.0**3, _GPU["hbm_bytes"][g]), intra_bw=f(r["intra_node_bw_GBps"]) * 1e9,
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
         grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
-        ep=f(r["ep"]),
+        ep=f(r["ep"]), layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
     )
     d = with_layout(d, f(r["tp"]), f(r["pp"]), f(r["dp"]), f(r["micro_batch"]), f(r["vpp"]))
+    stages = stage_layer_counts(r["num_layers"], r["pp"], r["vpp"], r["first_stage_layers"], r["last_stage_layers"])
+    d = d._replace(layers_first=stages["first"], layers_mid=stages["mid"], layers_last=stages["last"],
+                   layers_mid_avg=stages["mid_avg"])
     return d if dtype == np.float64 else d.map(lambda v: v.astype(dtype))
 
 

@@ -52,7 +52,7 @@ def _states(params, d, xp, dp=None) -> tuple:
     over `dp` ranks (default: the data-parallel group). ZeRO-1/2 shard the fp32 master weights +
     Adam moments (12 B/param) and then the gradients; ZeRO-3 / FSDP keeps only shards: fp32
     parameters (4), gradients (4) and Adam moments (8 B/param)."""
-    zero, dp = d.zero_stage, d.dp if dp is None else dp
+    zero, dp = d.zero_stage, d.dp * d.cp if dp is None else dp  # weights replicated over dp*cp ranks
     fsdp = (zero >= 3) & (dp > 1)  # over one rank ZeRO-3 shards nothing: stage 0's layout (as search treats it)
     weights = xp.where(fsdp, 4.0 * params / dp, ACT_BYTES * params)
     grads = xp.where(fsdp, 4.0 * params / dp, d.grad_bytes * params / xp.where(zero >= 2, dp, 1.0))
@@ -60,23 +60,25 @@ def _states(params, d, xp, dp=None) -> tuple:
     return weights, grads, optimizer
 
 
-def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> dict:
+def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp, in_flight_mid=None) -> dict:
     """Peak bytes per GPU on the most loaded pipeline stage: the first (embedding, most in-flight
-    micro-batches) or the last (output layer, fp32 logits of one micro-batch)."""
+    micro-batches), the heaviest middle one (uneven stages: more layers, `in_flight_mid` micro-batches
+    in flight, the second stage's) or the last (output layer, fp32 logits of one micro-batch)."""
     tp, pp = d.tp, d.pp
     single = pp <= 1
-    layers_per_stage = d.layers / pp
     # Output layer: tied to the input embedding for GPT (a copy lives on the last stage when
     # pp > 1), a separate matrix for Llama; plus the final norm.
     head_params = xp.where(single, d.llama, 1.0) * embedding_params + 2.0 * d.hidden
     n_moe = moe.stage_moe_layers(d, xp)
     moe_dense = moe.moe_layer_dense_parameters(d, layer_parameters)
 
-    def layers_params(n):  # a stage's layer parameters outside the routed experts, n of them MoE
-        return (layers_per_stage - n) * layer_params + n * moe_dense
+    def layers_params(count, n):  # a stage's layer parameters outside the routed experts, n of them MoE
+        return (count - n) * layer_params + n * moe_dense
 
-    params_first = (layers_params(n_moe["first"]) + embedding_params + xp.where(single, head_params, 0.0)) / tp
-    params_last = (layers_params(n_moe["last"]) + head_params) / tp
+    params_first = (layers_params(d.layers_first, n_moe["first"]) + embedding_params
+                    + xp.where(single, head_params, 0.0)) / tp
+    params_mid = layers_params(d.layers_mid, n_moe["middle"]) / tp
+    params_last = (layers_params(d.layers_last, n_moe["last"]) + head_params) / tp
 
     per_layer, attention_scores, mlp_part, selective_op = activation_bytes_per_layer(d, xp)
     per_moe_layer = moe.activation_bytes(d, xp, per_layer, mlp_part)
@@ -107,30 +109,37 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp) -> di
 
     working_dense, working_moe = rematerialized(per_layer), rematerialized(per_moe_layer)
     permutation = moe.permutation_buffer_bytes(d, xp)  # MoE: one all-to-all's send + receive buffers
+    # context parallelism: the K/V chunk in flight around the ring (send and receive, K and V)
+    ring_buffers = xp.where(d.cp > 1, 2.0 * 2.0 * ACT_BYTES * d.seq * d.micro_batch
+                            * xp.maximum(d.kv_heads / tp, 1.0) * (d.hidden / d.heads), 0.0)
     # ZeRO-3 / FSDP: the layer being computed and the prefetched next one hold unsharded 16-bit
     # weights, and one layer's unsharded fp32 gradients exist before their reduce-scatter.
-    fsdp = (d.zero_stage >= 3) & (d.dp > 1)  # one data-parallel rank: nothing to gather
+    fsdp = (d.zero_stage >= 3) & (d.dp * d.cp > 1)  # one data-parallel rank: nothing to gather
     unsharded = xp.maximum(layer_params, embedding_params) / tp
     fsdp_weights = xp.where(fsdp, 2.0 * ACT_BYTES * unsharded, 0.0)
     fsdp_grads = xp.where(fsdp, 4.0 * unsharded, 0.0)
     # fp32 logits and their gradient for one micro-batch
     logits = 2.0 * 4.0 * d.seq * d.micro_batch * d.vocab / tp
 
-    def stage(params, n, micro_batches, logits_bytes):
+    def stage(params, count, n, micro_batches, logits_bytes):
         weights, grads, optimizer = _states(params, d, xp)
         weights, grads = weights + fsdp_weights, grads + fsdp_grads
         # routed experts: experts / ep per GPU, ZeRO-sharded over the expert-data-parallel group
         e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n), d, xp, moe.expert_dp(d))
         weights, grads, optimizer = weights + e_weights, grads + e_grads, optimizer + e_optimizer
-        has_dense, has_moe = (layers_per_stage - n) > 0, n > 0
+        has_dense, has_moe = (count - n) > 0, n > 0
         working = xp.maximum(xp.where(has_dense, working_dense, 0.0), xp.where(has_moe, working_moe, 0.0)) + \
-            xp.where(has_moe, permutation, 0.0)
-        activations = ((layers_per_stage - n) * stored + n * stored_moe) * micro_batches + working
+            xp.where(has_moe, permutation, 0.0) + ring_buffers
+        activations = ((count - n) * stored + n * stored_moe) * micro_batches + working
         total = weights + grads + optimizer + activations + logits_bytes + FRAMEWORK_BYTES
         return dict(weights=weights, gradients=grads, optimizer=optimizer, activations=activations,
                     logits=logits_bytes + 0.0 * total, framework=FRAMEWORK_BYTES + 0.0 * total, total=total)
 
-    first = stage(params_first, n_moe["first"], in_flight, xp.where(single, logits, 0.0))
-    last = stage(params_last, n_moe["last"], 1.0, logits)
-    use_last = (~single) & (last["total"] > first["total"])
-    return {key: xp.where(use_last, last[key], first[key]) for key in first}
+    first = stage(params_first, d.layers_first, n_moe["first"], in_flight, xp.where(single, logits, 0.0))
+    mid = stage(params_mid, d.layers_mid, n_moe["middle"], in_flight if in_flight_mid is None else in_flight_mid,
+                0.0)
+    last = stage(params_last, d.layers_last, n_moe["last"], 1.0, logits)
+    use_mid = (pp > 2) & (mid["total"] > first["total"])
+    peak = {key: xp.where(use_mid, mid[key], first[key]) for key in first}
+    use_last = (~single) & (last["total"] > peak["total"])
+    return {key: xp.where(use_last, last[key], peak[key]) for key in first}

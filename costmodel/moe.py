@@ -30,17 +30,20 @@ def is_moe(d: dict, xp):
 
 
 def stage_moe_layers(d: dict, xp) -> dict:
-    """MoE layers on the first, the most loaded middle and the last pipeline stage (dense layers
-    come first), and in the whole model. Layers per stage = layers / pp."""
-    lps = d.layers / d.pp
+    """MoE layers on the first, the most loaded middle (its layers placed last among the middle
+    ones, where the MoE layers are) and the last pipeline stage (dense layers come first), the mean
+    middle stage, and in the whole model. Stage layer counts: d.layers_first / _mid / _last."""
     moe = is_moe(d, xp)
     f = d.dense_layers
+    lf, lm, ll = d.layers_first, d.layers_mid, d.layers_last
 
     def count(lo, hi):  # MoE layers among layers [lo, hi)
-        return moe * xp.clip(hi - xp.maximum(lo, f), 0.0, lps)
+        return moe * xp.clip(hi - xp.maximum(lo, f), 0.0, hi - lo)
 
-    return dict(first=count(0.0, lps), middle=count((d.pp - 2.0) * lps, (d.pp - 1.0) * lps),
-                last=count(d.layers - lps, d.layers), total=moe * xp.maximum(d.layers - f, 0.0))
+    middle_all = count(lf, d.layers - ll)
+    return dict(first=count(0.0, lf), middle=count(d.layers - ll - lm, d.layers - ll),
+                last=count(d.layers - ll, d.layers), middle_avg=middle_all / xp.maximum(d.pp - 2.0, 1.0),
+                total=moe * xp.maximum(d.layers - f, 0.0))
 
 
 def _safe(x, xp):

@@ -59,6 +59,10 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     h, a, kv, f, s, b, tp = d.hidden, d.heads, d.kv_heads, d.ffn, d.seq, d.micro_batch, d.tp
     llama, gpt = d.llama, 1.0 - d.llama
     flash, unfused = d.flash, 1.0 - d.flash
+    # context parallelism: s is this rank's share of the sequence; its queries attend to the whole
+    # sequence's keys (ring attention: cp steps over K/V chunks; the load-balanced causal split gives
+    # every rank 1/cp of the causal FLOPs)
+    s_kv = s * d.cp
     head_dim = h / a
     tokens = b * s
     # Regions outside the TP-split GEMMs (norms, dropouts, residuals) are split by TP only with SP.
@@ -85,9 +89,9 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
         gemm("attn_context", s * unfused + flash, head_dim, s * unfused + flash, batch=b * heads_tp * unfused + flash * 0.0,
              cls="attention"),
         # flash: fused causal FlashAttention (half the s^2 work is masked out and skipped)
-        dict(name="flash_attention", cls="attention", flops=flash * 2.0 * b * heads_tp * s * s * head_dim,
-             bytes=flash * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim,
-             m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash),
+        dict(name="flash_attention", cls="attention", flops=flash * 2.0 * b * heads_tp * s * s_kv * head_dim,
+             bytes=flash * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim * d.cp,
+             m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash * d.cp),
         gemm("attn_out_proj", tokens, h, h / tp),
         memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),
@@ -194,8 +198,8 @@ def layer_parameters(d: dict) -> object:
 
 
 def embedding_parameters(d: dict) -> object:
-    """Input embedding (+ learned positions for GPT)."""
-    return d.vocab * d.hidden + (1.0 - d.llama) * d.seq * d.hidden
+    """Input embedding (+ learned positions for GPT, one per position of the whole sequence)."""
+    return d.vocab * d.hidden + (1.0 - d.llama) * (d.seq * d.cp) * d.hidden
 
 
 def model_flops_per_micro_batch(d: dict, xp) -> object:
@@ -211,4 +215,5 @@ def model_flops_per_micro_batch(d: dict, xp) -> object:
     moe_fwd = sum(op["flops"] for op in moe_ops if op["cls"] in ("gemm", "attention"))
     n_moe = moe.stage_moe_layers(one, xp)["total"]
     head = 2.0 * d.micro_batch * d.seq * d.vocab * d.hidden
-    return 3.0 * ((d.layers - n_moe) * fwd + n_moe * moe_fwd + head)
+    # (with context parallelism the above is one cp rank's share of the micro-batch: times cp)
+    return 3.0 * ((d.layers - n_moe) * fwd + n_moe * moe_fwd + head) * d.cp

@@ -11,7 +11,8 @@ Choice fields are codes: `arch` an `Arch`, `schedule` a `Schedule`, `recompute` 
 `precision` an index into PRECISIONS (UNSET = not given: the GPU's default), `gpu` an index into
 GPU_LIST; UNKNOWN (-1) for a value that is none of them (`text[name]` then holds the value, for the
 message). A value of 0 in num_kv_heads, ffn_hidden_size, dp, num_gpus, global_batch,
-gpus_per_node and the bandwidths means "derive it".
+gpus_per_node, the bandwidths and the GPU figures (peak_tflops, hbm_bandwidth_GBps, gpu_memory_GiB)
+means "derive it" (from the other fields or the GPU preset).
 
 Adding a field: its default in spec, its rule here, its encoding in encode.sim_input.
 """
@@ -62,6 +63,22 @@ class Schedule(IntEnum):
 
 assert tuple(a.name.lower() for a in Arch) == ARCHS and len(Recompute) == len(RECOMPUTE_MODES)
 assert len(Schedule) == len(SCHEDULES)
+
+
+def preset_figures(spec) -> dict:
+    """A GPU preset's values of the overridable GPU figures: peak_tflops (dense 16-bit, bf16 where it
+    has it, TFLOP/s), hbm_bandwidth_GBps (GB/s) and gpu_memory_GiB (GiB)."""
+    return dict(peak_tflops=spec.peak_flops.get("bf16", spec.peak_flops["fp16"]) / 1e12,
+                hbm_bandwidth_GBps=spec.hbm_bw / 1e9, gpu_memory_GiB=spec.hbm_bytes / 1024**3)
+
+
+# field -> (preset value per GPU_LIST entry, plausible upper bound, unit hint for the message)
+GPU_FIGURES = {
+    name: (np.array([preset_figures(s)[name] for s in GPU_LIST]), limit, example)
+    for name, limit, example in (("peak_tflops", 1e5, "TFLOP/s (dense bf16/fp16), e.g. 989 for an H100 SXM"),
+                                 ("hbm_bandwidth_GBps", 1e6, "GB/s, e.g. 3350 for an H100 SXM"),
+                                 ("gpu_memory_GiB", 1e5, "GiB, e.g. 80"))
+}
 
 
 def divisors(n: int) -> list[int]:
@@ -199,31 +216,57 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     inter = np.where(inter != 0, inter, np.array([float(s.nic_Gbps) for s in GPU_LIST])[g])
     for name, val in (("gpus_per_node", gpus_per_node), ("intra_node_bw_GBps", intra), ("inter_node_bw_Gbps", inter)):
         E.fail(val <= 0, name, lambda i, val=val: f"{val[i]} must be positive")
+    # GPU figure overrides (0 = the preset's): a variant of a preset, e.g. a power-capped part
+    figures = {}
+    for name, (per_gpu, limit, example) in GPU_FIGURES.items():
+        given = np.asarray(f[name], dtype=np.float64)
+        E.fail(given < 0, name, lambda i, given=given, name=name: f"{given[i]:g} must be positive (leave {name} out "
+                                                                   "for the GPU preset's value)")
+        E.fail(given > limit, name, lambda i, given=given, example=example: f"{given[i]:g} is implausibly large; "
+                                                                             f"give it in {example}")
+        figures[name] = np.where(given > 0, given, per_gpu[g])
 
     # --- parallel ---
-    for name in ("tp", "pp", "micro_batch", "vpp"):
+    for name in ("tp", "pp", "micro_batch", "vpp", "cp"):
         x = f[name]
         E.fail(x <= 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
     for name in ("dp", "num_gpus", "global_batch"):
         x = f[name]
         E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be a positive integer")
-    tp, pp, mb, vpp = f["tp"], f["pp"], f["micro_batch"], f["vpp"]
+    tp, pp, mb, vpp, cp = f["tp"], f["pp"], f["micro_batch"], f["vpp"], f["cp"]
     dp, num_gpus = f["dp"], f["num_gpus"]
-    tpp = _safe(tp * pp, E.ok)
+    # the model-parallel product: tp*pp, times cp with context parallelism (dp = num_gpus / (tp*pp*cp))
+    tpp = _safe(tp * pp * cp, E.ok)
+
+    def _mp(i):  # 'tp*pp' or 'tp*pp*cp' (with its value) for messages
+        return ("tp*pp", tp[i] * pp[i]) if cp[i] == 1 else ("tp*pp*cp", tp[i] * pp[i] * cp[i])
+
     dp = np.where((dp == 0) & (num_gpus == 0), 1, dp)
     derive = dp == 0
     E.fail(derive & (num_gpus % tpp != 0), "num_gpus",
-           lambda i: f"{num_gpus[i]} is not divisible by tp*pp={tp[i] * pp[i]}; use a multiple of "
-                     f"{tp[i] * pp[i]} or change tp/pp")
+           lambda i: f"{num_gpus[i]} is not divisible by {_mp(i)[0]}={_mp(i)[1]}; use a multiple of "
+                     f"{_mp(i)[1]} or change {_mp(i)[0].replace('*', '/')}")
     dp = np.where(derive, num_gpus // tpp, dp)
-    num_gpus = np.where(num_gpus == 0, tp * pp * dp, num_gpus)
+    num_gpus = np.where(num_gpus == 0, tp * pp * cp * dp, num_gpus)
 
     def _ng_msg(i):
-        t, q, d_, ng = int(tp[i]), int(pp[i]), int(dp[i]), int(num_gpus[i])
-        hint = ng // (t * q) if ng % (t * q) == 0 else "?"
-        return f"{ng} != tp*pp*dp = {t}*{q}*{d_} = {t * q * d_}; set num_gpus={t * q * d_} or dp={hint}"
+        t, q, c_, d_, ng = int(tp[i]), int(pp[i]), int(cp[i]), int(dp[i]), int(num_gpus[i])
+        hint = ng // (t * q * c_) if ng % (t * q * c_) == 0 else "?"
+        if c_ == 1:
+            return f"{ng} != tp*pp*dp = {t}*{q}*{d_} = {t * q * d_}; set num_gpus={t * q * d_} or dp={hint}"
+        return (f"{ng} != tp*pp*cp*dp = {t}*{q}*{c_}*{d_} = {t * q * c_ * d_}; set num_gpus={t * q * c_ * d_} "
+                f"or dp={hint}")
 
-    E.fail(tp * pp * dp != num_gpus, "num_gpus", _ng_msg)
+    E.fail(tp * pp * cp * dp != num_gpus, "num_gpus", _ng_msg)
+    # context parallelism: the sequence in 2*cp chunks (load-balanced causal split), ring attention
+    # over FlashAttention
+    ctx = cp > 1
+    E.fail(ctx & (seq % _safe(2 * cp, E.ok) != 0), "cp",
+           lambda i: f"{cp[i]} needs seq_len={seq[i]} divisible by 2*cp={2 * cp[i]} (the load-balanced causal "
+                     f"split); use cp in {fmt_choices([c for c in divisors(seq[i] // 2) if c > 1])} or cp=1")
+    E.fail(ctx & (attention != 0), "cp",
+           lambda i: f"{cp[i]} needs attention=flash (ring attention runs FlashAttention on K/V chunks); set "
+                     "attention=flash or cp=1")
     E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: f"{tp[i]} does not divide num_attention_heads={heads[i]}; "
                                                          f"use tp in {fmt_choices(divisors(heads[i]))}")
     ok = E.ok
@@ -237,12 +280,26 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
            lambda i: f"{vpp[i]} needs schedule='interleaved'; set schedule=interleaved or vpp=1")
     E.fail(interleaved & (pp == 1), "schedule", lambda i: "interleaved needs pp > 1; use schedule=1f1b or raise pp")
 
-    def _pp_msg(i):
-        nl, v_ = int(layers[i]), int(vpp[i])
-        okd = [d_ for d_ in divisors(nl) if d_ % v_ == 0] if v_ > 1 else divisors(nl)
-        return f"num_layers={nl} is not divisible by pp*vpp={pp[i]}*{v_}; use pp*vpp in {fmt_choices(okd)}"
-
-    E.fail(layers % _safe(pp * vpp, E.ok) != 0, "pp", _pp_msg)
+    # Pipeline stages: any split where every one of the pp*vpp model chunks gets >= 1 layer
+    # (pipeline.chunk_layers); first/last_stage_layers fix the first/last chunk.
+    first_l, last_l = f["first_stage_layers"], f["last_stage_layers"]
+    chunks = pp * vpp
+    for name, x in (("first_stage_layers", first_l), ("last_stage_layers", last_l)):
+        E.fail(x < 0, name, lambda i, x=x: f"{x[i]} must be >= 1 (or 0 / absent: spread the layers evenly)")
+        E.fail((x > 0) & (pp == 1), name, lambda i, x=x, name=name: f"{x[i]} needs pp > 1; drop {name} or raise pp")
+    E.fail(chunks > layers, "pp",
+           lambda i: f"pp*vpp={pp[i]}*{vpp[i]}={chunks[i]} exceeds num_layers={layers[i]}: every pipeline stage "
+                     f"needs at least one layer; use pp*vpp <= {layers[i]}")
+    fixed = (first_l > 0).astype(np.int64) + (last_l > 0)
+    rest = layers - first_l - last_l
+    free = chunks - fixed
+    E.fail((free > 0) & (rest < free), "first_stage_layers",
+           lambda i: f"first_stage_layers={first_l[i]} + last_stage_layers={last_l[i]} leave {rest[i]} of "
+                     f"num_layers={layers[i]} for the other {free[i]} stages (pp*vpp={chunks[i]}); each needs at "
+                     "least one layer")
+    E.fail((free == 0) & (rest != 0), "first_stage_layers",
+           lambda i: f"first_stage_layers={first_l[i]} + last_stage_layers={last_l[i]} must equal "
+                     f"num_layers={layers[i]} with pp*vpp=2")
     dpmb = dp * mb
     global_batch = np.where(f["global_batch"] != 0, f["global_batch"], dpmb)
     E.fail(global_batch % _safe(dpmb, E.ok) != 0, "global_batch",
@@ -262,12 +319,17 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     E.fail((zero == 3) & (pp > 1), "zero_stage",
            lambda i: "ZeRO-3 cannot be combined with pp > 1; use zero_stage <= 2 or pp=1")
     sp = f["sequence_parallel"].astype(bool) & (tp != 1)  # a no-op without tensor parallelism
-    E.fail(sp & (seq % _safe(tp, E.ok) != 0), "sequence_parallel",
-           lambda i: f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
-                     "dividing seq_len")
+    local_seq = seq // _safe(cp, E.ok)  # tokens of a sequence on one context-parallel rank
+    E.fail(sp & (local_seq % _safe(tp, E.ok) != 0), "sequence_parallel",
+           lambda i: (f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
+                      "dividing seq_len") if cp[i] == 1 else
+           (f"seq_len/cp={local_seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
+            "dividing seq_len/cp"))
 
     ep = f["ep"]
     E.fail(ep <= 0, "ep", lambda i: f"{ep[i]} must be a positive integer")
+    E.fail(~dense & (cp > 1), "cp",
+           lambda i: f"{cp[i]}: context parallelism with mixture-of-experts is not modelled; use cp=1")
     E.fail(dense & (ep != 1), "ep", lambda i: f"{ep[i]} needs a mixture-of-experts model; set num_experts or ep=1")
     E.fail(experts % _safe(ep, E.ok) != 0, "ep",
            lambda i: f"{ep[i]} does not divide num_experts={experts[i]}; use ep in {fmt_choices(divisors(experts[i]))}")
@@ -284,9 +346,10 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
+        first_stage_layers=first_l, last_stage_layers=last_l, cp=cp,
         overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
         gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
-        inter_node_bw_Gbps=inter.astype(np.float64), precision=prec,
+        inter_node_bw_Gbps=inter.astype(np.float64), precision=prec, **figures,
     )
     resolved = {k: (v.astype(i64, copy=False) if v.dtype.kind in "iu" else v) for k, v in resolved.items()}
     return resolved, E

@@ -28,7 +28,8 @@ from vtrain.costmodel.rules import Recompute
 DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
-BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "ep_comm", "dp_comm", "bubble", "optimizer", "overhead")
+BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "ep_comm", "cp_comm", "dp_comm", "bubble", "optimizer",
+                  "overhead")
 
 
 def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
@@ -87,7 +88,6 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
     tp, pp, dp, vpp = d.tp, d.pp, d.dp, d.vpp
     m = d.num_micro_batches
-    layers_per_stage = d.layers / pp
 
     factor, overhead_per_mb = global_adjustment(correction, d, xp)
 
@@ -127,10 +127,27 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     tp_emb = _allreduce(emb_size, tp, tp_per_node, net, correction, xp)
     tp_head = 3.0 * _allreduce(4.0 * d.micro_batch * d.seq, tp, tp_per_node, net, correction, xp)
 
+    # --- context-parallel ring attention: cp - 1 point-to-point steps per layer pass, each step's
+    # K/V chunk transfer (forward; K, V, dK, dV backward) overlapped with that step's attention
+    # compute (1/cp of the rank's attention): only the excess is exposed. The forward ring runs again
+    # wherever the attention is recomputed. cp ranks are tp apart (rank order tp, cp, dp, pp).
+    flash_i = [op["name"] for op in fwd].index("flash_attention")
+    t_attn = fwd_times[flash_i]
+    kv_chunk = 2.0 * opgraph.ACT_BYTES * d.micro_batch * d.seq * xp.maximum(d.kv_heads / tp, 1.0) * \
+        (d.hidden / d.heads)
+    cp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, d.cp)
+    ring_ranks_per_node = xp.where(d.cp > cp_per_node, 1.0, 2.0)
+    ring_fwd = collective_time("send_recv", kv_chunk, 2.0, ring_ranks_per_node, net, correction, xp)
+    ring_bwd = collective_time("send_recv", 2.0 * kv_chunk, 2.0, ring_ranks_per_node, net, correction, xp)
+    steps = d.cp - 1.0
+    exposed_fwd = steps * xp.maximum(ring_fwd - t_attn / d.cp, 0.0)
+    exposed_bwd = steps * xp.maximum(ring_bwd - 2.5 * t_attn / d.cp, 0.0)
+    cp_per_layer = xp.where(d.cp > 1, exposed_fwd * (1.0 + rec[flash_i]["mask"]) + exposed_bwd, 0.0)
+
     # --- pipeline point-to-point (activations forward, gradients backward) ---
-    # Ranks are ordered tp, dp, pp: neighbouring stages are tp*dp ranks apart.
+    # Ranks are ordered tp, cp, dp, pp: neighbouring stages are tp*cp*dp ranks apart.
     p2p_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden / tp
-    stage_stride = tp * dp
+    stage_stride = tp * d.cp * dp
     p2p_ranks_per_node = xp.where(stage_stride >= d.gpus_per_node, 1.0, 2.0)
     p2p = collective_time("send_recv", p2p_size, 2.0, p2p_ranks_per_node, net, correction, xp)
     pp_per_mb = xp.where(pp > 1, 2.0 * p2p * vpp, 0.0)
@@ -147,38 +164,51 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
-    def stage_layers(n):
-        """Compute, TP and EP seconds of a stage's layers (n MoE layers, the rest dense)."""
-        dense = layers_per_stage - n
-        return dense * (t_fwd + t_bwd) + n * t_moe, dense * tp_per_layer + n * tp_moe_layer, n * ep_per_layer
+    def stage_layers(count, n):
+        """Compute, TP, EP and CP seconds of a stage's `count` layers (n MoE layers, the rest dense)."""
+        dense = count - n
+        return (dense * (t_fwd + t_bwd) + n * t_moe, dense * tp_per_layer + n * tp_moe_layer, n * ep_per_layer,
+                count * cp_per_layer)
 
-    c_first, tp_first, ep_first = stage_layers(n_moe["first"])
-    c_mid, tp_mid, ep_mid = stage_layers(n_moe["middle"])
-    c_last, tp_last, ep_last = stage_layers(n_moe["last"])
+    # uneven stages: the first, the heaviest middle and the last GPU's own layer counts
+    c_first, tp_first, ep_first, cp_first = stage_layers(d.layers_first, n_moe["first"])
+    c_mid, tp_mid, ep_mid, cp_mid = stage_layers(d.layers_mid, n_moe["middle"])
+    c_last, tp_last, ep_last, cp_last = stage_layers(d.layers_last, n_moe["last"])
+    c_avg, tp_avg, ep_avg, cp_avg = stage_layers(d.layers_mid_avg, n_moe["middle_avg"])
     layers_compute = c_first
     single = pp <= 1
     first = dict(compute=c_first + t_emb + xp.where(single, t_head, 0.0),
-                 tp_comm=tp_first + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb, ep_comm=ep_first)
-    middle = dict(compute=c_mid, tp_comm=tp_mid, pp_comm=pp_per_mb, ep_comm=ep_mid)
-    last = dict(compute=c_last + t_head, tp_comm=tp_last + tp_head, pp_comm=pp_per_mb, ep_comm=ep_last)
-    pipe = pipeline_time(first, middle, last, m, pp, vpp, xp)
+                 tp_comm=tp_first + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb, ep_comm=ep_first,
+                 cp_comm=cp_first)
+    middle = dict(compute=c_mid, tp_comm=tp_mid, pp_comm=pp_per_mb, ep_comm=ep_mid, cp_comm=cp_mid)
+    last = dict(compute=c_last + t_head, tp_comm=tp_last + tp_head, pp_comm=pp_per_mb, ep_comm=ep_last,
+                cp_comm=cp_last)
+    middle_avg = dict(compute=c_avg, tp_comm=tp_avg, pp_comm=pp_per_mb, ep_comm=ep_avg, cp_comm=cp_avg)
+    pipe = pipeline_time(first, middle, last, m, pp, vpp, xp, middle_avg)
 
     # --- data-parallel gradient reduction and optimizer ---
     layer_params = opgraph.layer_parameters(d)
     embedding_params = opgraph.embedding_parameters(d)
     moe_dense_params = moe.moe_layer_dense_parameters(d, opgraph.layer_parameters)
-    # largest stage (the first: embedding); MoE layers count their non-expert parameters here
-    stage_params = ((layers_per_stage - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
+    # largest stage (the first with the embedding, or a middle one with more layers); MoE layers count
+    # their non-expert parameters here
+    stage_params = ((d.layers_first - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
                     + embedding_params) / tp
+    mid_params = xp.where(pp > 2, ((d.layers_mid - n_moe["middle"]) * layer_params
+                                   + n_moe["middle"] * moe_dense_params) / tp, 0.0)
+    stage_params = xp.maximum(stage_params, mid_params)
     grad_size = d.grad_bytes * stage_params
-    dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dp)
-    allreduce = _allreduce(grad_size, dp, dp_per_node, net, correction, xp)
-    sharded = collective_time("reduce_scatter", grad_size, dp, dp_per_node, net, correction, xp) + \
-        collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net, correction, xp)
+    # weights are replicated over the cp ranks too: gradients reduce (and ZeRO shards) over dp*cp
+    # ranks, tp apart
+    dpc = dp * d.cp
+    dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dpc)
+    allreduce = _allreduce(grad_size, dpc, dp_per_node, net, correction, xp)
+    sharded = collective_time("reduce_scatter", grad_size, dpc, dp_per_node, net, correction, xp) + \
+        collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dpc, dp_per_node, net, correction, xp)
     t_dp = xp.where(d.zero_stage >= 1, sharded, allreduce)
     # ZeRO-3 gathers the weights again in forward and backward of every micro-batch (overlapped
     # with compute where possible).
-    zero3_gather = collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dp, dp_per_node, net,
+    zero3_gather = collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dpc, dp_per_node, net,
                                    correction, xp)
     zero3 = xp.where(d.zero_stage >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
     # Expert gradients (of the stage holding the most MoE layers) reduce over the expert-data-
@@ -193,24 +223,25 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
         collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
     t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
-    overlap_window = xp.where(d.overlap > 0, layers_per_stage * t_bwd, 0.0)
+    overlap_window = xp.where(d.overlap > 0, d.layers_first * t_bwd, 0.0)
     dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap) + zero3
 
-    optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dp, 1.0) + \
+    optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dpc, 1.0) + \
         expert_params / xp.where(d.zero_stage >= 1, edp, 1.0)
     optimizer = ADAM_BYTES_PER_PARAM * optimizer_params / (BASE_EFFICIENCY["elementwise"] * d.hbm_bw) + \
         ADAM_KERNELS * DISPATCH_S
 
     breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"],
-                     ep_comm=pipe["ep_comm"], dp_comm=dp_comm,
+                     ep_comm=pipe["ep_comm"], cp_comm=pipe["cp_comm"], dp_comm=dp_comm,
                      bubble=pipe["bubble"], optimizer=optimizer, overhead=m * overhead_per_mb)
     breakdown = {k: v * factor for k, v in breakdown.items()}
     iteration = sum(breakdown[k] for k in BREAKDOWN_KEYS)
 
     in_flight = in_flight_micro_batches(m, pp, vpp, d.schedule, xp)
-    memory = memory_per_gpu(d, in_flight, layer_params, embedding_params, xp)
+    in_flight_mid = in_flight_micro_batches(m, pp, vpp, d.schedule, xp, stage=1.0)
+    memory = memory_per_gpu(d, in_flight, layer_params, embedding_params, xp, in_flight_mid)
     model_flops = m * dp * opgraph.model_flops_per_micro_batch(d, xp)
     mfu = model_flops / (iteration * d.num_gpus * d.peak_flops)
-    tokens = d.global_batch * d.seq
+    tokens = d.global_batch * (d.seq * d.cp)  # d.seq: one cp rank's share of a sequence
     return dict(iteration_time_s=iteration, breakdown=breakdown, memory=memory, model_flops=model_flops,
                 mfu=mfu, tokens_per_s=tokens / iteration, fits_memory=memory["total"] <= d.hbm_bytes)

@@ -122,6 +122,12 @@ class ParallelSpec:
     vpp: int = 1
     overlap_grad_reduce: bool = False
     ep: int = 1
+    # Context parallelism: each sequence split over cp ranks (ring attention); dp = num_gpus/(tp*pp*cp)
+    cp: int = 1
+    # Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the
+    # first / last stage (model chunk with vpp > 1); 0 = spread evenly (pipeline.chunk_layers)
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
 
     @property
     def num_micro_batches(self) -> int:
@@ -131,13 +137,20 @@ class ParallelSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """Hardware. Bandwidths of 0 / gpus_per_node of 0 take the GPU preset's values."""
+    """Hardware. Bandwidths, gpus_per_node and the GPU figures of 0 take the GPU preset's values.
+
+    peak_tflops: dense 16-bit (bf16, else fp16) tensor-core peak in TFLOP/s (the fp8 peak scales
+    with it); hbm_bandwidth_GBps: HBM GB/s; gpu_memory_GiB: device memory in GiB. Together they
+    describe a variant of a preset (e.g. a power-capped H100 with other HBM) without code changes."""
 
     gpu: str = "a100-80gb"
     gpus_per_node: int = 0
     intra_node_bw_GBps: float = 0.0
     inter_node_bw_Gbps: float = 0.0
     precision: str = ""
+    peak_tflops: float = 0.0
+    hbm_bandwidth_GBps: float = 0.0
+    gpu_memory_GiB: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -269,7 +282,8 @@ def config_from_fields(r: dict, i: int) -> TrainConfig:
     parallel = ParallelSpec(**{k: py(k) for k in PARALLEL_FIELDS if k not in enums}, **enums)
     cluster = ClusterSpec(gpu=GPU_LIST[int(r["gpu"][i])].name, gpus_per_node=py("gpus_per_node"),
                           intra_node_bw_GBps=py("intra_node_bw_GBps"), inter_node_bw_Gbps=py("inter_node_bw_Gbps"),
-                          precision=PRECISIONS[int(r["precision"][i])])
+                          precision=PRECISIONS[int(r["precision"][i])], peak_tflops=py("peak_tflops"),
+                          hbm_bandwidth_GBps=py("hbm_bandwidth_GBps"), gpu_memory_GiB=py("gpu_memory_GiB"))
     return TrainConfig(model=model, parallel=parallel, cluster=cluster)
 
 
@@ -277,13 +291,45 @@ def with_changes(config: TrainConfig, **changes) -> TrainConfig:
     """A re-validated copy of `config` with some canonical fields changed. Changing tp/pp keeps the
     GPU count and re-derives dp; changing dp (without num_gpus) re-derives the GPU count."""
     flat = config.flat()
+    if "gpu" in changes:  # figures taken from the old preset follow the new one (explicit overrides stay)
+        old = lookup_gpu(flat["gpu"])
+        preset = dict(rules.preset_figures(old), gpus_per_node=old.gpus_per_node,
+                      intra_node_bw_GBps=float(old.nvlink_GBps), inter_node_bw_Gbps=float(old.nic_Gbps),
+                      precision=PRECISIONS[int(rules.gpu_default_precision(np.array([GPU_LIST.index(old)]))[0])])
+        for name, value in preset.items():
+            if name not in changes and flat.get(name) == value:
+                flat.pop(name)
     if "dp" in changes and "num_gpus" not in changes:
         flat.pop("num_gpus")
-    elif any(k in changes for k in ("tp", "pp", "num_gpus")) and "dp" not in changes:
+    elif any(k in changes for k in ("tp", "pp", "cp", "num_gpus")) and "dp" not in changes:
         flat.pop("dp")
     flat.update(changes)
     return build_config(flat)
 
 
+def gpu_overrides(cluster: ClusterSpec) -> dict:
+    """The cluster fields whose values differ from the GPU preset's (the ones a user set)."""
+    spec = lookup_gpu(cluster.gpu)
+    preset = dict(rules.preset_figures(spec), gpus_per_node=spec.gpus_per_node,
+                  intra_node_bw_GBps=float(spec.nvlink_GBps), inter_node_bw_Gbps=float(spec.nic_Gbps))
+    return {name: getattr(cluster, name) for name, value in preset.items() if getattr(cluster, name) != value}
+
+
+def gpu_line(cluster: ClusterSpec) -> str:
+    """One line with the GPU figures a prediction used; '*' marks a value that overrides the preset."""
+    changed = gpu_overrides(cluster)
+
+    def v(name, text):
+        return text + ("*" if name in changed else "")
+
+    line = (f"GPU {cluster.gpu}: {v('peak_tflops', f'{cluster.peak_tflops:g} TFLOP/s')} dense 16-bit, "
+            f"HBM {v('hbm_bandwidth_GBps', f'{cluster.hbm_bandwidth_GBps:g} GB/s')}, "
+            f"{v('gpu_memory_GiB', f'{cluster.gpu_memory_GiB:g} GiB')}, "
+            f"NVLink {v('intra_node_bw_GBps', f'{cluster.intra_node_bw_GBps:g} GB/s')}, "
+            f"NIC {v('inter_node_bw_Gbps', f'{cluster.inter_node_bw_Gbps:g} Gb/s')}, "
+            f"{v('gpus_per_node', str(cluster.gpus_per_node))} per node")
+    return line + (" (* = set in the config, not the preset's)" if changed else "")
+
+
 __all__ = ["ConfigError", "ModelSpec", "ParallelSpec", "ClusterSpec", "TrainConfig", "build_config",
-           "with_changes", "ALL_FIELDS", "FIELD_KINDS"]
+           "with_changes", "gpu_line", "gpu_overrides", "ALL_FIELDS", "FIELD_KINDS"]

@@ -6,7 +6,7 @@ fields, iteration time in s) or refuses it with every reason it cannot be expres
 
 Everything that maps upstream columns and values onto canonical fields lives in the tables at the
 top of this file (COLUMNS, GPUS, RECOMPUTE, PRECISIONS, NOT_MODELLED, ASSUMED, FLOP_CONVENTIONS):
-extending the simulator (context parallelism, uneven pipeline stages, ...) means editing them.
+extending the simulator means editing them.
 
 `source` of a kept row is 'published:<file>#<source_id>'; `source_group(source_id)` strips the
 row suffix (`_r01`, `_L947`) and names the group the bench and `vtrain validate` report by.
@@ -31,6 +31,7 @@ COLUMNS = {
     "num_attention_heads": "num_attention_heads", "num_kv_heads": "num_kv_heads", "seq_len": "seq_len",
     "vocab_size": "vocab_size", "num_gpus": "num_gpus", "tp": "tp", "pp": "pp", "dp": "dp",
     "micro_batch": "micro_batch", "global_batch": "global_batch", "seq_parallel": "sequence_parallel",
+    "cp": "cp",
 }
 # Columns mapped by the rules below: gpu (GPUS), recompute (RECOMPUTE), precision (PRECISIONS),
 # zero_stage (first integer of the text), virtual_pp (-> vpp, and schedule=interleaved when > 1),
@@ -38,9 +39,16 @@ COLUMNS = {
 
 # Upstream GPU text (lower-case substring, first match wins) -> canonical cluster fields, or the
 # reason the row is refused. Network figures follow the README of the published set.
+# torchtitan's H100s ("96GB HBM2e, 500W power limit"; the 405B page's "95GB HBM2e, lower TDP" is the
+# same part as torch reports it): the h100-sxm preset with
+# - gpu_memory_GiB 95: torchtitan's "GPU capacity ... 95.00GiB";
+# - hbm_bandwidth_GBps 2400: six HBM2e stacks at the H100 PCIe's pin rate (five stacks, 2.0 TB/s);
+# - peak_tflops 884: 989 TFLOP/s x (500 W / 700 W)^(1/3), the clock a 500 W cap leaves when power
+#   grows with the cube of the clock (an assumption: no datasheet exists for this part).
+H100_POWER_CAPPED = dict(gpu="h100-sxm", peak_tflops=884.0, hbm_bandwidth_GBps=2400.0, gpu_memory_GiB=95.0)
 GPUS = [
-    ("h100 96gb hbm2e", "GPU 'H100 96GB HBM2e, 500 W': no preset (power-limited part, slower than h100-sxm)"),
-    ("h100 sxm 95gb hbm2e", "GPU 'H100 95GB HBM2e, lower TDP': no preset (slower than h100-sxm)"),
+    ("h100 96gb hbm2e", H100_POWER_CAPPED),
+    ("h100 sxm 95gb hbm2e", H100_POWER_CAPPED),
     ("h100 80gb hbm3", dict(gpu="h100-sxm")),
     ("jean zay", dict(gpu="a100-80gb", inter_node_bw_Gbps=50.0)),  # 4 x 100 Gb/s Omni-Path per 8 GPUs
     ("dgx-a100, 2020", dict(gpu="a100-40gb")),  # DGX A100 shipped with 40 GB parts in 2020
@@ -63,7 +71,7 @@ RECOMPUTE = [
 # -> canonical precision.
 PRECISIONS = [("fp8", "fp8"), ("float8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("16-bit", "fp16")]
 # Parallelism the simulator cannot express yet: column -> the only value it accepts.
-NOT_MODELLED = {"cp": (1, "context parallelism (cp={})"), "ep": (1, "expert parallelism (ep={})")}
+NOT_MODELLED = {"ep": (1, "expert parallelism (ep={})")}
 NOTE_FEATURES = [("async tp", "async TP (TP communication overlapped with GEMMs)")]
 # Values a source leaves empty that its own code fixes (source-id prefix, field, value, why).
 ASSUMED = [
@@ -181,10 +189,8 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
     missing = [name for name in NEEDED if name not in values and not _blank_reason(name, reasons)]
     if missing:
         reasons.append(f"incomplete config: {', '.join(missing)} not given")
-    layers, pp, v = values.get("num_layers"), values.get("pp"), values.get("vpp", 1)
-    if not missing and layers and pp and int(float(layers)) % (int(float(pp)) * int(v)):
-        reasons.append(f"uneven pipeline stages ({int(float(layers))} layers on pp={int(float(pp))}"
-                       + (f" x vpp={v}" if v > 1 else "") + ")")
+    # uneven pipeline stages (BLOOM's 70 layers on pp=12) take the default split of
+    # pipeline.chunk_layers, which is the 'type:transformer|embedding' partition BLOOM ran
     return values, reasons
 
 

@@ -42,9 +42,9 @@ OBJECTIVES = ("time", "time-p90", "cost", "tokens-per-dollar")  # time-p90: the 
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
-                   "recompute", "sequence_parallel", "zero_stage", "ep")
+                   "recompute", "sequence_parallel", "zero_stage", "ep", "cp")
 LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP comm",
-                "dp_comm": "DP comm",
+                "cp_comm": "CP ring", "dp_comm": "DP comm",
                 "bubble": "bubble", "optimizer": "optimizer", "overhead": "overhead"}
 BUCKETS = (32768,)  # padded batch size of the jitted evaluation (larger batches are chunked): one compile
 
@@ -63,6 +63,8 @@ class SearchSpace:
     max_micro_batch: int = 32
     max_vpp: int | None = None
     max_ep: int | None = None
+    max_cp: int | None = None
+    cp: tuple | None = None
     tp: tuple | None = None
     pp: tuple | None = None
     dp: tuple | None = None
@@ -112,7 +114,7 @@ def _as_tuple(name: str, values) -> tuple:
     return tuple(values)
 
 
-def _number(name: str, value, positive: bool) -> float:
+def _parameter_number(name: str, value, positive: bool) -> float:
     """A finite float (> 0 with positive=True, else >= 0), else a ParameterError naming `name`."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ParameterError(name, f"{value!r} is not a number")
@@ -133,8 +135,8 @@ def check_run_parameters(cfg: TrainConfig, objective: str, top: int, price_per_g
     if isinstance(top, (bool, np.bool_)) or not isinstance(top, (int, np.integer)) or top <= 0:
         raise ParameterError("top", f"{top!r} must be a positive integer")
     price = default_price(cfg.cluster.gpu) if price_per_gpu_hour is None else \
-        _number("price_per_gpu_hour", price_per_gpu_hour, positive=False)
-    tokens = None if tokens is None else _number("tokens", tokens, positive=True)
+        _parameter_number("price_per_gpu_hour", price_per_gpu_hour, positive=False)
+    tokens = None if tokens is None else _parameter_number("tokens", tokens, positive=True)
     return int(top), price, tokens
 
 
@@ -149,6 +151,22 @@ def _tp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
     heads, kv = cfg.model.num_attention_heads, cfg.model.num_kv_heads
     ok = [t for t in divisors(heads) if kv % t == 0 or t % kv == 0]
     return _allowed(ok, space.tp, space.max_tp)
+
+
+CP_MIN_TOKENS = 4096  # context parallelism is enumerated while each rank keeps >= this many tokens
+
+
+def _cp_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
+    """Context-parallel degrees to try: 1, and for long sequences (flash attention, dense models) the
+    powers of two that keep >= CP_MIN_TOKENS tokens per rank and split the sequence into 2*cp chunks."""
+    m = cfg.model
+    out = [1]
+    if m.attention == "flash" and not m.num_experts:
+        c = 2
+        while m.seq_len // c >= CP_MIN_TOKENS and m.seq_len % (2 * c) == 0:
+            out.append(c)
+            c *= 2
+    return _allowed(out, space.cp, space.max_cp)
 
 
 def _ep_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
@@ -167,22 +185,29 @@ def _ep_values(cfg: TrainConfig, space: SearchSpace) -> list[int]:
 
 
 def _layouts(cfg: TrainConfig, space: SearchSpace) -> np.ndarray:
-    """[L, 3] valid (tp, pp, dp) triples (before micro-batch choices)."""
+    """[L, 4] valid (tp, pp, dp, cp) rows (before micro-batch choices)."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     tps = _tp_values(cfg, space)
-    pps = _allowed(divisors(layers), space.pp, space.max_pp)
+    # pipeline degrees: with a fixed GPU count every degree dividing it (uneven stages allowed, at
+    # least one layer each); otherwise the divisors of num_layers and the powers of two
+    if space.num_gpus is not None:
+        pp_cand = [p for p in divisors(space.num_gpus) if p <= layers]
+    else:
+        pp_cand = sorted(set(divisors(layers)) | {2 ** k for k in range(layers.bit_length()) if 2 ** k <= layers})
+    pps = _allowed(pp_cand, space.pp, space.max_pp)
     dps = _allowed(divisors(batch), space.dp, space.max_dp)
     rows = []
-    for t in tps:
-        for p in pps:
-            if space.num_gpus is not None:
-                if space.num_gpus % (t * p):
-                    continue
-                cand = [space.num_gpus // (t * p)]
-            else:
-                cand = [d for d in dps if space.min_gpus <= t * p * d <= space.max_gpus]
-            rows += [(t, p, d) for d in cand if d in dps]
-    lay = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    for c in _cp_values(cfg, space):
+        for t in tps:
+            for p in pps:
+                if space.num_gpus is not None:
+                    if space.num_gpus % (t * p * c):
+                        continue
+                    cand = [space.num_gpus // (t * p * c)]
+                else:
+                    cand = [d for d in dps if space.min_gpus <= t * p * c * d <= space.max_gpus]
+                rows += [(t, p, d, c) for d in cand if d in dps]
+    lay = np.array(rows, dtype=np.int64).reshape(-1, 4)
     if cfg.model.num_experts:  # some allowed ep must divide dp (rules.check)
         eps = np.array(_ep_values(cfg, space), dtype=np.int64)
         lay = lay[((lay[:, 2:3] % eps[None, :]) == 0).any(axis=1)]
@@ -207,7 +232,7 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
     product of each knob's candidate values; validity is rules.check's, as for build_config."""
     layers, batch = cfg.model.num_layers, cfg.parallel.global_batch
     lay = _layouts(cfg, space)
-    t = dict(tp=lay[:, 0], pp=lay[:, 1], dp=lay[:, 2])
+    t = dict(tp=lay[:, 0], pp=lay[:, 1], dp=lay[:, 2], cp=lay[:, 3])
     mbs = np.array(_allowed(divisors(batch), space.micro_batch, space.max_micro_batch), dtype=np.int64)
     t = _cross(t, dict(micro_batch=mbs))
     t = _mask(t, (batch % (t["dp"] * t["micro_batch"])) == 0)  # (rules.check's, early: keeps the grid small)
@@ -251,7 +276,7 @@ def enumerate_strategies(cfg: TrainConfig, space: SearchSpace) -> dict[str, np.n
 
 def _with_counts(cfg: TrainConfig, t: dict) -> dict:
     """Grid rows `t` plus their num_gpus and num_micro_batches columns."""
-    return dict(t, num_gpus=t["tp"] * t["pp"] * t["dp"],
+    return dict(t, num_gpus=t["tp"] * t["pp"] * t["cp"] * t["dp"],
                 num_micro_batches=cfg.parallel.global_batch // (t["dp"] * t["micro_batch"]))
 
 
@@ -273,6 +298,9 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
             f[key] = strategies[key]
     f["sequence_parallel"] = strategies["sequence_parallel"] > 0
     f["overlap_grad_reduce"] = f["overlap_grad_reduce"].astype(bool)
+    # search picks the layout: its stages take the default split of pipeline.chunk_layers
+    f["first_stage_layers"] = np.zeros_like(f["first_stage_layers"])
+    f["last_stage_layers"] = np.zeros_like(f["last_stage_layers"])
     return f
 
 
@@ -284,7 +312,8 @@ def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
                 vpp=int(strategies["vpp"][i]), schedule=SCHEDULES[int(strategies["schedule"][i])],
                 recompute=RECOMPUTE_MODES[int(strategies["recompute"][i])],
                 sequence_parallel=bool(strategies["sequence_parallel"][i]),
-                zero_stage=int(strategies["zero_stage"][i]), ep=int(strategies["ep"][i]))
+                zero_stage=int(strategies["zero_stage"][i]), ep=int(strategies["ep"][i]), first_stage_layers=0,
+                last_stage_layers=0, cp=int(strategies["cp"][i]))
     return flat
 
 
@@ -296,7 +325,9 @@ def encode_strategies(cfg: TrainConfig, strategies: dict, dtype=np.float64) -> S
 def memory_bytes(d: SimInput) -> np.ndarray:
     """Peak bytes per GPU (numpy, float64): the same composition as simulator.simulate's memory."""
     in_flight = in_flight_micro_batches(d.num_micro_batches, d.pp, d.vpp, d.schedule, np)
-    mem = memory_per_gpu(d, in_flight, opgraph.layer_parameters(d), opgraph.embedding_parameters(d), np)
+    in_flight_mid = in_flight_micro_batches(d.num_micro_batches, d.pp, d.vpp, d.schedule, np, stage=1.0)
+    mem = memory_per_gpu(d, in_flight, opgraph.layer_parameters(d), opgraph.embedding_parameters(d), np,
+                         in_flight_mid)
     return np.asarray(mem["total"], dtype=np.float64)
 
 
@@ -463,26 +494,27 @@ def _describe(cfg: TrainConfig, s: dict, i: int) -> str:
     return (f"tp={s['tp'][i]} pp={s['pp'][i]} dp={s['dp'][i]} micro_batch={s['micro_batch'][i]}"
             + (f" vpp={s['vpp'][i]}" if s["vpp"][i] > 1 else "") + (f" {sched}" if sched != "1f1b" else "")
             + f" recompute={RECOMPUTE_MODES[int(s['recompute'][i])]} zero={s['zero_stage'][i]}"
-            + (" sp" if s["sequence_parallel"][i] else "") + (f" ep={s['ep'][i]}" if s["ep"][i] > 1 else ""))
+            + (" sp" if s["sequence_parallel"][i] else "") + (f" ep={s['ep'][i]}" if s["ep"][i] > 1 else "")
+            + (f" cp={s['cp'][i]}" if s["cp"][i] > 1 else ""))
 
 
 def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
     """One line on why no strategy is valid, with nearby GPU counts that work."""
     m, batch = cfg.model, cfg.parallel.global_batch
     gpus = f"{space.num_gpus} GPUs" if space.num_gpus is not None else f"{space.min_gpus}..{space.max_gpus} GPUs"
-    rule = (f"tp*pp*dp must equal the GPU count with tp dividing heads={m.num_attention_heads}"
-            f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp dividing layers={m.num_layers}"
+    rule = (f"tp*pp*cp*dp must equal the GPU count with tp dividing heads={m.num_attention_heads}"
+            f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp <= layers={m.num_layers}"
             f"{' (pp<=' + str(space.max_pp) + ')' if space.max_pp else ''} and dp dividing global_batch={batch}"
             f"{' (dp<=' + str(space.max_dp) + ')' if space.max_dp else ''}"
             + (f", and ep in {fmt_choices(_ep_values(cfg, space))} dividing dp" if m.num_experts else ""))
     hint = ""
     if space.num_gpus is not None:
-        # GPU counts with a valid layout are tp*pp*dp products: the nearest ones (ties both kept), found
+        # GPU counts with a valid layout are tp*pp*cp*dp products: the nearest ones (ties both kept), found
         # without walking the counts one by one (a huge num_gpus would take forever).
         want = space.num_gpus
         wide = SearchSpace(**{**space.__dict__, "num_gpus": None, "min_gpus": 1,
                                  "max_gpus": min(2 * max(want, 8), 2 ** 40 - 1)})
-        counts = {t * p * d for t, p, d in _layouts(cfg, wide)}
+        counts = {t * p * d * c for t, p, d, c in _layouts(cfg, wide)}
         near = []
         for n in sorted(counts - {want}, key=lambda n: (abs(n - want), n)):
             if abs(n - want) >= max(want, 8) or (len(near) >= 2 and abs(n - want) > abs(near[-1] - want)):
@@ -551,7 +583,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
         c = training_cost(t, ngpu, tokens_per_iter, tokens if tokens else 1e9, price)
         values = strategy_values(cfg, sub, j)
         rows.append(dict(
-            tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), num_gpus=ngpu,
+            tp=int(sub["tp"][j]), pp=int(sub["pp"][j]), dp=int(sub["dp"][j]), cp=int(sub["cp"][j]), num_gpus=ngpu,
             micro_batch=int(sub["micro_batch"][j]), num_micro_batches=int(sub["num_micro_batches"][j]),
             vpp=int(sub["vpp"][j]), schedule=values["schedule"], recompute=values["recompute"],
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
@@ -653,7 +685,7 @@ def _relaxed_builder(table):
 
     def relaxed(corr, x, base, w):
         tp, pp = 2.0 ** x[:, 0], 2.0 ** x[:, 1]
-        dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]), 2.0 ** x[:, 2])
+        dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]) / base.cp, 2.0 ** x[:, 2])
         mb, vpp = 2.0 ** x[:, 3], 2.0 ** x[:, 4]
         d = with_layout(base, tp, pp, dp, mb, vpp)
         out = simulate(d, corr, xp=jnp, allreduce_table=table)
@@ -731,7 +763,7 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
     strategies, d, mem, fits = candidates(cfg, space)
     logs = np.log2(np.stack([strategies[k] for k in KNOBS], axis=1).astype(np.float64))
     cat = np.stack([strategies["schedule"], strategies["recompute"], strategies["sequence_parallel"],
-                    strategies["zero_stage"], strategies["ep"]], axis=1)
+                    strategies["zero_stage"], strategies["ep"], strategies["cp"]], axis=1)
     feasible = np.flatnonzero(fits)
     combos, inverse = np.unique(cat[feasible], axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -758,9 +790,10 @@ def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: st
         g, _, _ = relaxed_gradient(predictor, x, base, w)
         lr = 0.5 * (0.05 / 0.5) ** (step / max(steps - 1, 1))
         x = np.clip(x - lr * np.sign(g), lo, hi)
-        if fixed >= 0:  # keep dp = N / (tp * pp) inside its range
-            x[:, 1] = np.clip(x[:, 1], fixed - x[:, 0] - hi[:, 2], fixed - x[:, 0] - lo[:, 2])
-            x[:, 2] = fixed - x[:, 0] - x[:, 1]
+        if fixed >= 0:  # keep dp = N / (tp * pp * cp) inside its range
+            fc = fixed - np.log2(np.asarray(base.cp, dtype=np.float64))
+            x[:, 1] = np.clip(x[:, 1], fc - x[:, 0] - hi[:, 2], fc - x[:, 0] - lo[:, 2])
+            x[:, 2] = fc - x[:, 0] - x[:, 1]
         elif space.max_gpus is not None:  # project onto tp*pp*dp <= max_gpus
             for _ in range(3):
                 excess = np.maximum(x[:, 0] + x[:, 1] + x[:, 2] - math.log2(space.max_gpus), 0.0)

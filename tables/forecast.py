@@ -201,7 +201,8 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
     it = np.asarray(res["iteration_time_s"], dtype=np.float64)
     if has_tokens:
         with np.errstate(all="ignore"):
-            c = training_cost(it, d.num_gpus, d.global_batch * d.seq, tokens, price)
+            # d.seq is one cp rank's share of a sequence
+            c = training_cost(it, d.num_gpus, d.global_batch * d.seq * d.cp, tokens, price)
         _first_error(errors, tok_present & ~np.isfinite(c.gpu_hours),
                      lambda i: f"tokens: {tokens[i]:g} gives a non-finite GPU-hour count; give a realistic count")
         _first_error(errors, tok_present & ~np.isnan(price) & ~np.isfinite(c.cost),

@@ -86,3 +86,63 @@ def test_selective_op_recompute_is_validated_and_listed():
     with pytest.raises(ConfigError, match="^recompute: 'op' is unknown; use one of none, selective, full, "
                                           "selective-op$"):
         build_config(dict(LLAMA8B, recompute="op"))
+
+
+# ---- GPU figure overrides (peak_tflops, hbm_bandwidth_GBps, gpu_memory_GiB) ----
+
+def test_gpu_overrides_are_validated_in_one_line():
+    with pytest.raises(ConfigError, match=r"^peak_tflops: -1 must be positive \(leave peak_tflops out"):
+        build_config(dict(GPT, peak_tflops=-1))
+    with pytest.raises(ConfigError, match=r"^peak_tflops: 9.89e\+14 is implausibly large; give it in TFLOP/s"):
+        build_config(dict(GPT, peak_tflops=989e12))
+    with pytest.raises(ConfigError, match=r"^gpu_memory_GiB: .* is implausibly large; give it in GiB"):
+        build_config(dict(GPT, gpu_memory_GiB=80 * GIB))
+    d, errors = encode_table({k: [v] * 2 for k, v in GPT.items()} | {"hbm_bandwidth_GBps": [2400.0, -5.0]})
+    assert errors[0] is None and errors[1].startswith("hbm_bandwidth_GBps: -5 must be positive")
+    # absent = the preset's figures, resolved into the config
+    c = build_config(dict(GPT)).cluster
+    assert (c.peak_tflops, c.hbm_bandwidth_GBps, c.gpu_memory_GiB) == (989.0, 3350.0, 80.0)
+
+
+def test_gpu_overrides_change_the_physics_they_name():
+    base = dict(GPT, num_layers=8, hidden_size=4096, num_attention_heads=32)
+    ref = predict(**base)
+    slow = predict(**base, peak_tflops=989.0 / 2)
+    # compute-bound layers: half the peak, about twice the compute time (GEMMs at the roofline)
+    assert 1.7 < slow.breakdown["compute"] / ref.breakdown["compute"] <= 2.0
+    small = predict(**base, gpu_memory_GiB=4)
+    assert small.gpu_memory_gib == 4 and not small.fits_memory and ref.fits_memory
+    assert small.iteration_time_s == ref.iteration_time_s
+    # bandwidth-bound ops (norms, residuals) slow down with less HBM bandwidth; GEMM-bound ones do not
+    narrow = predict(**base, hbm_bandwidth_GBps=3350.0 / 4)
+    assert narrow.breakdown["compute"] > 1.05 * ref.breakdown["compute"]
+    # fp8 peak scales with the 16-bit override
+    fp8 = encode([build_config(dict(base, precision="fp8", peak_tflops=800))])
+    assert fp8.peak_flops[0] == pytest.approx(1979e12 * 800 / 989) and fp8.peak_flops_16[0] == 800e12
+
+
+def test_gpu_overrides_reach_tables_search_and_follow_a_gpu_change():
+    from vtrain.costmodel.spec import gpu_line, with_changes
+
+    cfg = build_config(dict(GPT, peak_tflops=884, hbm_bandwidth_GBps=2400, gpu_memory_GiB=95))
+    d, errors = encode_table({k: [v] for k, v in cfg.flat().items()})
+    one = encode([cfg])
+    assert errors[0] is None and all(float(a[0]) == float(b[0]) for a, b in zip(d, one))
+    assert (one.peak_flops_16[0], one.hbm_bw[0], one.hbm_bytes[0]) == (884e12, 2400e9, 95 * GIB)
+    line = gpu_line(cfg.cluster)
+    assert "884 TFLOP/s*" in line and "2400 GB/s*" in line and "95 GiB*" in line and "NIC 400 Gb/s," in line
+    # another GPU: the preset's figures follow it, the explicit ones stay
+    moved = with_changes(build_config(dict(GPT, gpu_memory_GiB=95)), gpu="a100-80gb")
+    assert (moved.cluster.peak_tflops, moved.cluster.inter_node_bw_Gbps, moved.cluster.gpu_memory_GiB) == \
+        (312.0, 200.0, 95.0)
+
+
+def test_search_honours_the_gpu_memory_override():
+    from vtrain.strategy.search import SearchSpace, search
+
+    big = dict(num_layers=16, hidden_size=4096, num_attention_heads=32, seq_len=2048, global_batch=64,
+               num_gpus=8, gpu="h100-sxm")
+    full = search(build_config(big), SearchSpace(num_gpus=8), ANALYTICAL, top=3)
+    tight = search(build_config(dict(big, gpu_memory_GiB=12)), SearchSpace(num_gpus=8), ANALYTICAL, top=3)
+    assert tight.num_fit < full.num_fit and all(r["memory_gib"] <= 12 for r in tight.top)
+    assert all(r["gpu_memory_gib"] == 12 for r in tight.top)

@@ -52,7 +52,7 @@ def test_published_rows_kept_converted_or_refused_with_reasons(tmp_path):
     res = convert(path, "published_runs")
     runs = res.tables["runs"]
     assert list(runs["source"]) == ["published:runs.csv#korthikanti2022_t5_r04", "published:runs.csv#torchtitan_a100_r03",
-                                    "published:runs.csv#torchtitan_a100_r02"]
+                                    "published:runs.csv#bloom_prequel_L947", "published:runs.csv#torchtitan_a100_r02"]
     k = runs.iloc[0]
     assert (k["schedule"], k["vpp"], k["recompute"], k["sequence_parallel"], k["zero_stage"], k["precision"]) == \
         ("interleaved", 3, "selective", True, 0, "fp16")
@@ -62,13 +62,16 @@ def test_published_rows_kept_converted_or_refused_with_reasons(tmp_path):
     # tokens/s per GPU -> seconds with the row's own batch: 64 * 8192 / (331 * 64)
     assert t["iteration_time_s"] == pytest.approx(64 * 8192 / (331.0 * 64))
     reasons = refusal_reasons(res.rejected)
-    assert len(res.rejected) == 3  # one string per refused row
-    assert "uneven pipeline stages (70 layers on pp=12)" in reasons
-    assert "context parallelism (cp=2)" in reasons and any(r.startswith("GPU 'H100 96GB") for r in reasons)
+    assert len(res.rejected) == 2  # one string per refused row
+    # BLOOM's 70 layers on pp=12 are accepted (uneven stages 5 + 10 x 6 + 5)
+    assert runs.iloc[2]["pp"] == 12 and runs.iloc[2]["num_layers"] == 70
+    # cp is a field now: this row's 64 GPUs do not factor as tp*pp*cp*dp = 8*8*2*1
+    assert any(r.startswith("impossible config: num_gpus: 64 != tp*pp*cp*dp") for r in reasons)
+    assert not any(r.startswith(("GPU", "context parallelism")) for r in reasons)
     assert any("micro_batch not given" in r for r in reasons)
     # torchtitan's op-level selective AC is modelled (recompute=selective-op); Megatron's rows ran
     # the unfused attention, torchtitan's FlashAttention
-    assert runs.iloc[2]["recompute"] == "selective-op"
+    assert runs.iloc[3]["recompute"] == "selective-op"
     assert (k["attention"], t["attention"]) == ("unfused", "flash")
 
 
@@ -85,15 +88,15 @@ def test_published_import_cli_and_summary(tmp_path, cli):
     out = tmp_path / "ds"
     result = cli("dataset", "import", path.parent, "-o", out)
     assert result.returncode == 0, result.stderr
-    assert "published_runs" in result.stdout and "uneven pipeline stages" in result.stdout
-    assert len(store.load(out, "runs")) == 3
+    assert "published_runs" in result.stdout and "tp*pp*cp*dp" in result.stdout
+    assert len(store.load(out, "runs")) == 4
     runs, refused = load_published(path)
     table = summarize_by_source(runs, {"x": runs["iteration_time_s"] * 1.1}, refused)
     by = table.set_index("group")
     assert by.loc["korthikanti2022_t5", "x_median"] == pytest.approx(10.0)
     assert by.loc["korthikanti2022_t5", "x_bias"] == pytest.approx(10.0)
-    assert by.loc["bloom_prequel", "rows"] == 0 and by.loc["bloom_prequel", "refused"] == 1
-    assert by.loc["all", "rows"] == 3 and by.loc["all", "refused"] == 3
+    assert by.loc["bloom_prequel", "rows"] == 1 and by.loc["bloom_prequel", "refused"] == 0
+    assert by.loc["all", "rows"] == 4 and by.loc["all", "refused"] == 2
 
 
 def test_source_group():
@@ -108,3 +111,18 @@ def test_real_published_file_every_row_accounted_for():
         total = sum(1 for _ in csv.DictReader(fh))
     assert len(runs) + len(refused) == total
     assert len(runs) >= 40 and all(reasons for _, reasons in refused)
+
+
+def test_power_capped_h100_rows_import_with_the_gpu_overrides(tmp_path):
+    from vtrain.dataset.import_published import H100_POWER_CAPPED
+
+    row = dict(BASE, source_id="torchtitan_h100_2412_r01", model="Llama 3 8B", num_layers=32, hidden_size=4096,
+               ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8, seq_len=8192, vocab_size=128256,
+               gpu="H100 96GB HBM2e, 500W power limit (Grand Teton)", num_gpus=8, tp=1, pp=1, dp=8, virtual_pp="",
+               micro_batch=2, global_batch=16, seq_parallel="", recompute="selective", zero_stage="3 (FSDP2)",
+               precision="bf16 mixed", measured_metric="tokens_per_s_per_gpu", measured_value=5762.0)
+    res = convert(write_rows(tmp_path / "runs.csv", [row]), "published_runs")
+    assert not res.rejected
+    r = res.tables["runs"].iloc[0]
+    assert (r["gpu"], r["peak_tflops"], r["hbm_bandwidth_GBps"], r["gpu_memory_GiB"]) == \
+        tuple(H100_POWER_CAPPED[k] for k in ("gpu", "peak_tflops", "hbm_bandwidth_GBps", "gpu_memory_GiB"))

@@ -130,8 +130,10 @@ def test_pareto_front_is_non_dominated(predictor):
 
 
 def test_impossible_gpu_count_and_nothing_fits_explain_in_one_line(predictor):
-    with pytest.raises(UserError, match="no valid strategy for 7 GPUs") as err:
-        search(small_cfg(), SearchSpace(num_gpus=7), predictor)
+    # 29 GPUs: pp=29 leaves stages without a layer (24 layers), dp=29 does not divide the batch
+    # (7 GPUs works since uneven stages: pp=7)
+    with pytest.raises(UserError, match="no valid strategy for 29 GPUs") as err:
+        search(small_cfg(), SearchSpace(num_gpus=29), predictor)
     assert "\n" not in str(err.value)
     suggested = [int(n) for n in str(err.value).split("try num_gpus ")[1].split(" or ")]
     for n in suggested:  # the suggested counts really have valid strategies

@@ -28,7 +28,8 @@ def test_valid_config_derives_dp_and_defaults():
     (dict(num_gpus=8, tp=2, pp=2, dp=3), "num_gpus", "tp*pp*dp"),
     (dict(num_gpus=6, tp=4, pp=1), "num_gpus", "multiple of 4"),
     (dict(tp=3, num_gpus=12, pp=1), "tp", "{1, 2, 4, 8, 16}"),
-    (dict(pp=5, num_gpus=10, tp=1), "pp", "pp*vpp"),
+    (dict(pp=5, num_gpus=10, tp=1), None, None),  # valid: uneven stages 5+5+5+5+4... (every stage >= 1 layer)
+    (dict(pp=25, num_gpus=25, tp=1), "pp", "pp*vpp"),
     (dict(global_batch=30), "global_batch", "multiple of 4"),
     (dict(num_kv_heads=5), "num_kv_heads", "does not divide"),
     (dict(num_layers=0), "num_layers", "positive"),
@@ -41,7 +42,12 @@ def test_valid_config_derives_dp_and_defaults():
     (dict(precision="fp4"), "precision", "fp16, bf16, fp8"),
     (dict(arch="mamba"), "arch", "gpt, llama"),
     (dict(schedule="interleaved", vpp=4, num_layers=24), None, None),  # valid: 24 % (2*4) == 0
-    (dict(schedule="interleaved", vpp=5), "pp", "pp*vpp"),
+    (dict(schedule="interleaved", vpp=5), None, None),  # valid: 10 uneven chunks of 24 layers
+    (dict(schedule="interleaved", vpp=13), "pp", "pp*vpp"),
+    (dict(first_stage_layers=-1), "first_stage_layers", ">= 1"),
+    (dict(last_stage_layers=19, first_stage_layers=4), "first_stage_layers", "must equal"),
+    (dict(pp=4, num_gpus=8, first_stage_layers=20, last_stage_layers=3), "first_stage_layers", "at least one"),
+    (dict(pp=1, num_gpus=2, last_stage_layers=3), "last_stage_layers", "needs pp > 1"),
     (dict(vpp=2), "vpp", "interleaved"),
     (dict(schedule="interleaved", vpp=2, global_batch=4), "global_batch", "multiple of pp=2"),
     (dict(zero_stage=3), "zero_stage", "pp=1"),
