@@ -12,7 +12,7 @@ from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_override
 
 BREAKDOWN_LABELS = {
     "compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP all-to-all",
-    "cp_comm": "CP ring (exposed)", "dp_comm": "DP comm (exposed)",
+    "cp_comm": "CP ring (exposed)", "fsdp_comm": "FSDP gather/scatter (exposed)", "dp_comm": "DP comm (exposed)",
     "bubble": "pipeline bubble", "optimizer": "optimizer step", "overhead": "framework overhead",
 }
 
@@ -178,7 +178,7 @@ def _print_table(cfg, result, cost, price):
     table.add_row("memory per GPU", f"{result.memory_gib_per_gpu:.1f} / {result.gpu_memory_gib:.0f} GiB ({fits})")
     table.add_section()
     for key, seconds in result.breakdown.items():
-        if key in ("overhead", "ep_comm", "cp_comm") and seconds == 0:
+        if key in ("overhead", "ep_comm", "cp_comm", "fsdp_comm") and seconds == 0:
             continue
         share = seconds / result.iteration_time_s * 100
         table.add_row(f"  {BREAKDOWN_LABELS[key]}", f"{_fmt_time(seconds)}  ({share:4.1f} %)")

@@ -16,7 +16,7 @@ import numpy as np
 
 from vtrain.costmodel.rules import Schedule
 
-COMPONENTS = ("compute", "tp_comm", "pp_comm", "ep_comm", "cp_comm")
+COMPONENTS = ("compute", "tp_comm", "pp_comm", "ep_comm", "cp_comm", "fsdp_comm")
 
 
 def chunk_layers(layers: int, pp: int, vpp: int = 1, first: int = 0, last: int = 0) -> list[int]:

@@ -28,8 +28,8 @@ from vtrain.costmodel.rules import Recompute
 DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
 ADAM_KERNELS = 8.0
-BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "ep_comm", "cp_comm", "dp_comm", "bubble", "optimizer",
-                  "overhead")
+BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "ep_comm", "cp_comm", "fsdp_comm", "dp_comm", "bubble",
+                  "optimizer", "overhead")
 
 
 def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
@@ -114,8 +114,9 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp, d)
     moe_fwd_times = op_times(moe_fwd, hw, correction, xp)
     moe_rec_times = [t * r["mask"] for t, r in zip(moe_fwd_times, moe_rec)]
-    t_moe = sequence_time(moe_fwd, moe_fwd_times, xp) + ops_time(moe_bwd, hw, correction, xp) + \
-        sequence_time(moe_rec, moe_rec_times, xp)
+    t_moe_fwd = sequence_time(moe_fwd, moe_fwd_times, xp)
+    t_moe_bwd = ops_time(moe_bwd, hw, correction, xp) + sequence_time(moe_rec, moe_rec_times, xp)
+    t_moe = t_moe_fwd + t_moe_bwd
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
@@ -164,32 +165,79 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
-    def stage_layers(count, n):
-        """Compute, TP, EP and CP seconds of a stage's `count` layers (n MoE layers, the rest dense)."""
-        dense = count - n
-        return (dense * (t_fwd + t_bwd) + n * t_moe, dense * tp_per_layer + n * tp_moe_layer, n * ep_per_layer,
-                count * cp_per_layer)
-
-    # uneven stages: the first, the heaviest middle and the last GPU's own layer counts
-    c_first, tp_first, ep_first, cp_first = stage_layers(d.layers_first, n_moe["first"])
-    c_mid, tp_mid, ep_mid, cp_mid = stage_layers(d.layers_mid, n_moe["middle"])
-    c_last, tp_last, ep_last, cp_last = stage_layers(d.layers_last, n_moe["last"])
-    c_avg, tp_avg, ep_avg, cp_avg = stage_layers(d.layers_mid_avg, n_moe["middle_avg"])
-    layers_compute = c_first
-    single = pp <= 1
-    first = dict(compute=c_first + t_emb + xp.where(single, t_head, 0.0),
-                 tp_comm=tp_first + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb, ep_comm=ep_first,
-                 cp_comm=cp_first)
-    middle = dict(compute=c_mid, tp_comm=tp_mid, pp_comm=pp_per_mb, ep_comm=ep_mid, cp_comm=cp_mid)
-    last = dict(compute=c_last + t_head, tp_comm=tp_last + tp_head, pp_comm=pp_per_mb, ep_comm=ep_last,
-                cp_comm=cp_last)
-    middle_avg = dict(compute=c_avg, tp_comm=tp_avg, pp_comm=pp_per_mb, ep_comm=ep_avg, cp_comm=cp_avg)
-    pipe = pipeline_time(first, middle, last, m, pp, vpp, xp, middle_avg)
-
-    # --- data-parallel gradient reduction and optimizer ---
+    # --- ZeRO-3 / FSDP (PyTorch FSDP2 as torchtitan runs it, DeepSpeed ZeRO-3 alike): every layer's
+    # 16-bit weights are all-gathered over the dp*cp ranks before its forward and again before its
+    # backward, its gradients reduce-scattered after the backward, per micro-batch. Each gather is
+    # prefetched during the previous layer's compute, so a layer's comm is exposed only beyond its
+    # own compute; the first gather and the last reduce-scatter of a micro-batch hide behind nothing.
+    # On the comm stream: the fp32 shard's cast to 16 bits before a gather and the 16-bit gradients'
+    # copy (cast to the fp32 reduce dtype) into the reduce-scatter buffer; on the compute stream the
+    # gathered buffer's copy-out into the layer's parameters (FSDP2's all-gather copy-out), each pass.
     layer_params = opgraph.layer_parameters(d)
     embedding_params = opgraph.embedding_parameters(d)
     moe_dense_params = moe.moe_layer_dense_parameters(d, opgraph.layer_parameters)
+    single = pp <= 1
+    dpc = dp * d.cp  # weights are replicated over the cp ranks too: ZeRO shards over dp*cp ranks, tp apart
+    dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dpc)
+    fsdp = xp.where((d.zero_stage >= 3) & (dpc > 1), 1.0, 0.0)
+
+    def fsdp_unit(params):
+        """(gather, reduce-scatter, copy-out) seconds of one FSDP unit of `params` parameters (all TP
+        ranks): the comm-stream chains and the compute-stream copy of one pass."""
+        unsharded = params / tp
+        cast = opgraph.memory_op("fsdp_shard_cast", "elementwise", unsharded / dpc, reads=2.0, writes=1.0,
+                                 flops_per_elt=0.0)
+        grad_copy = opgraph.memory_op("fsdp_grad_copy_in", "elementwise", unsharded, reads=1.0,
+                                      writes=d.grad_bytes / opgraph.ACT_BYTES, flops_per_elt=0.0)
+        copy_out = opgraph.memory_op("fsdp_copy_out", "elementwise", unsharded, flops_per_elt=0.0)
+        gather = ops_time([cast], hw, correction, xp) + collective_time(
+            "all_gather", opgraph.ACT_BYTES * unsharded, dpc, dp_per_node, net, correction, xp)
+        scatter = ops_time([grad_copy], hw, correction, xp) + collective_time(
+            "reduce_scatter", d.grad_bytes * unsharded, dpc, dp_per_node, net, correction, xp)
+        return gather, scatter, ops_time([copy_out], hw, correction, xp)
+
+    def fsdp_exposed(params, t_f, t_b):
+        """Exposed FSDP seconds of one layer and micro-batch with forward / backward compute t_f, t_b."""
+        gather, scatter, copy_out = fsdp_unit(params)
+        return fsdp * (xp.maximum(gather - t_f, 0.0) + xp.maximum(gather + scatter - t_b, 0.0) + 2.0 * copy_out)
+
+    fsdp_dense = fsdp_exposed(layer_params, t_fwd, t_bwd)
+    fsdp_moe = fsdp_exposed(moe_dense_params, t_moe_fwd, t_moe_bwd)
+    edge_gather, edge_scatter, _ = fsdp_unit(layer_params)
+    fsdp_edges = fsdp * (edge_gather + edge_scatter)
+    # the root unit (embedding on the first stage; output layer on the last; both with pp = 1):
+    # gathered once at the start of the micro-batch's forward, reduce-scattered at the end of its backward
+    head_params = xp.where(single, d.llama, 1.0) * embedding_params
+
+    def fsdp_root(params):
+        gather, scatter, copy_out = fsdp_unit(params)
+        return fsdp * (gather + scatter + copy_out)
+
+    fsdp_first = fsdp_root(embedding_params + xp.where(single, head_params, 0.0))
+    fsdp_last = fsdp_root(head_params)
+
+    def stage_layers(count, n):
+        """Compute, TP, EP, CP and FSDP seconds of a stage's `count` layers (n MoE layers, the rest dense)."""
+        dense = count - n
+        return (dense * (t_fwd + t_bwd) + n * t_moe, dense * tp_per_layer + n * tp_moe_layer, n * ep_per_layer,
+                count * cp_per_layer, dense * fsdp_dense + n * fsdp_moe + fsdp_edges)
+
+    # uneven stages: the first, the heaviest middle and the last GPU's own layer counts
+    c_first, tp_first, ep_first, cp_first, fs_first = stage_layers(d.layers_first, n_moe["first"])
+    c_mid, tp_mid, ep_mid, cp_mid, fs_mid = stage_layers(d.layers_mid, n_moe["middle"])
+    c_last, tp_last, ep_last, cp_last, fs_last = stage_layers(d.layers_last, n_moe["last"])
+    c_avg, tp_avg, ep_avg, cp_avg, fs_avg = stage_layers(d.layers_mid_avg, n_moe["middle_avg"])
+    first = dict(compute=c_first + t_emb + xp.where(single, t_head, 0.0),
+                 tp_comm=tp_first + tp_emb + xp.where(single, tp_head, 0.0), pp_comm=pp_per_mb, ep_comm=ep_first,
+                 cp_comm=cp_first, fsdp_comm=fs_first + fsdp_first)
+    middle = dict(compute=c_mid, tp_comm=tp_mid, pp_comm=pp_per_mb, ep_comm=ep_mid, cp_comm=cp_mid, fsdp_comm=fs_mid)
+    last = dict(compute=c_last + t_head, tp_comm=tp_last + tp_head, pp_comm=pp_per_mb, ep_comm=ep_last,
+                cp_comm=cp_last, fsdp_comm=fs_last + fsdp_last)
+    middle_avg = dict(compute=c_avg, tp_comm=tp_avg, pp_comm=pp_per_mb, ep_comm=ep_avg, cp_comm=cp_avg,
+                      fsdp_comm=fs_avg)
+    pipe = pipeline_time(first, middle, last, m, pp, vpp, xp, middle_avg)
+
+    # --- data-parallel gradient reduction and optimizer ---
     # largest stage (the first with the embedding, or a middle one with more layers); MoE layers count
     # their non-expert parameters here
     stage_params = ((d.layers_first - n_moe["first"]) * layer_params + n_moe["first"] * moe_dense_params
@@ -198,19 +246,12 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
                                    + n_moe["middle"] * moe_dense_params) / tp, 0.0)
     stage_params = xp.maximum(stage_params, mid_params)
     grad_size = d.grad_bytes * stage_params
-    # weights are replicated over the cp ranks too: gradients reduce (and ZeRO shards) over dp*cp
-    # ranks, tp apart
-    dpc = dp * d.cp
-    dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dpc)
+    # gradients reduce (and ZeRO shards) over dp*cp ranks, tp apart
     allreduce = _allreduce(grad_size, dpc, dp_per_node, net, correction, xp)
     sharded = collective_time("reduce_scatter", grad_size, dpc, dp_per_node, net, correction, xp) + \
         collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dpc, dp_per_node, net, correction, xp)
-    t_dp = xp.where(d.zero_stage >= 1, sharded, allreduce)
-    # ZeRO-3 gathers the weights again in forward and backward of every micro-batch (overlapped
-    # with compute where possible).
-    zero3_gather = collective_time("all_gather", opgraph.ACT_BYTES * stage_params, dpc, dp_per_node, net,
-                                   correction, xp)
-    zero3 = xp.where(d.zero_stage >= 3, m * xp.maximum(2.0 * zero3_gather - layers_compute, 0.0), 0.0)
+    # (ZeRO-3 / FSDP gathers and reduce-scatters layer by layer instead: fsdp_comm above)
+    t_dp = xp.where(fsdp > 0, 0.0, xp.where(d.zero_stage >= 1, sharded, allreduce))
     # Expert gradients (of the stage holding the most MoE layers) reduce over the expert-data-
     # parallel group: dp / ep ranks, ep * tp apart in the rank order.
     moe_most = xp.maximum(n_moe["first"], xp.maximum(xp.where(pp > 2, n_moe["middle"], 0.0), n_moe["last"]))
@@ -224,7 +265,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
     overlap_window = xp.where(d.overlap > 0, d.layers_first * t_bwd, 0.0)
-    dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap) + zero3
+    dp_comm = xp.maximum(t_dp - overlap_window, 0.05 * t_dp * d.overlap)
 
     optimizer_params = stage_params / xp.where(d.zero_stage >= 1, dpc, 1.0) + \
         expert_params / xp.where(d.zero_stage >= 1, edp, 1.0)
@@ -232,7 +273,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
         ADAM_KERNELS * DISPATCH_S
 
     breakdown = dict(compute=pipe["compute"], tp_comm=pipe["tp_comm"], pp_comm=pipe["pp_comm"],
-                     ep_comm=pipe["ep_comm"], cp_comm=pipe["cp_comm"], dp_comm=dp_comm,
+                     ep_comm=pipe["ep_comm"], cp_comm=pipe["cp_comm"], fsdp_comm=pipe["fsdp_comm"], dp_comm=dp_comm,
                      bubble=pipe["bubble"], optimizer=optimizer, overhead=m * overhead_per_mb)
     breakdown = {k: v * factor for k, v in breakdown.items()}
     iteration = sum(breakdown[k] for k in BREAKDOWN_KEYS)

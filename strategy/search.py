@@ -44,7 +44,7 @@ OBJECTIVES = ("time", "time-p90", "cost", "tokens-per-dollar")  # time-p90: the 
 STRATEGY_FIELDS = ("tp", "pp", "dp", "num_gpus", "micro_batch", "num_micro_batches", "vpp", "schedule",
                    "recompute", "sequence_parallel", "zero_stage", "ep", "cp")
 LIMIT_LABELS = {"compute": "compute", "tp_comm": "TP comm", "pp_comm": "PP comm", "ep_comm": "EP comm",
-                "cp_comm": "CP ring", "dp_comm": "DP comm",
+                "cp_comm": "CP ring", "fsdp_comm": "FSDP comm", "dp_comm": "DP comm",
                 "bubble": "bubble", "optimizer": "optimizer", "overhead": "overhead"}
 BUCKETS = (32768,)  # padded batch size of the jitted evaluation (larger batches are chunked): one compile
 
