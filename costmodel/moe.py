@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from vtrain.costmodel.ops import ACT_BYTES, FLOPS_PER_ELEMENT, gemm, memory_op
 
-SHARED_MLP_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
+SHARED_MLP_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj", "fp8_cast_mlp")
 
 
 def is_moe(d: dict, xp):
@@ -79,10 +79,10 @@ def moe_layer_forward_ops(d: dict, xp, layer_ops) -> list[dict]:
                   kernels=2.0),
         memory_op("moe_aux_loss", "elementwise", t_route * experts, reads=1.0, writes=0.1, kernels=3.0),
         memory_op("moe_permute", "elementwise", t_route * d.top_k * h, flops_per_elt=0.0, kernels=2.0),
-        gemm("expert_up_proj", per_expert, ffn_tp * (1.0 + llama), h, batch=local_experts),
+        gemm("expert_up_proj", per_expert, ffn_tp * (1.0 + llama), h, batch=local_experts, fp8=d.fp8),
         memory_op("expert_act", "elementwise", t_expert * ffn_tp, reads=1.0 + llama, writes=1.0,
                   flops_per_elt=FLOPS_PER_ELEMENT["activation"]),
-        gemm("expert_down_proj", per_expert, h, ffn_tp, batch=local_experts),
+        gemm("expert_down_proj", per_expert, h, ffn_tp, batch=local_experts, fp8=d.fp8),
         memory_op("moe_unpermute", "elementwise", t_route * d.top_k * h, reads=1.0, writes=1.0 / _safe(d.top_k, xp),
                   flops_per_elt=2.0, kernels=2.0),
     ]

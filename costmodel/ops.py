@@ -30,14 +30,27 @@ ACT_BYTES = 2.0  # activations in fp16/bf16 (fp8 runs keep bf16 activations)
 # FLOP per output element of the bandwidth-bound ops. The importers count measured kernels the same
 # way (dataset/rows.py), so an op's arithmetic intensity tells the efficiency network which op it is
 # (a residual add and a SwiGLU move the same bytes per element but reach different bandwidths).
-FLOPS_PER_ELEMENT = {"norm": 5.0, "softmax": 5.0, "rope": 3.0, "activation": 8.0, "add": 1.0}
+FLOPS_PER_ELEMENT = {"norm": 5.0, "softmax": 5.0, "rope": 3.0, "activation": 8.0, "add": 1.0, "cast": 2.0}
 
 
-def gemm(name, m, n, k, batch=1.0, elt_bytes=ACT_BYTES, cls="gemm"):
-    """A (batched) GEMM out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]."""
+def gemm(name, m, n, k, batch=1.0, elt_bytes=ACT_BYTES, cls="gemm", fp8=0.0):
+    """A (batched) GEMM out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]. `fp8` (0/1 per config): an FP8
+    linear (torchao Float8Linear / Transformer Engine): 1-byte inputs, 16-bit output, the FP8 peak."""
     flops = 2.0 * batch * m * n * k
-    bytes_ = elt_bytes * batch * (m * k + k * n + m * n)
-    return dict(name=name, cls=cls, flops=flops, bytes=bytes_, m=m, n=n, k=k, batch=batch, kernels=1.0)
+    bytes_ = elt_bytes * batch * (m * k + k * n + m * n) - fp8 * (elt_bytes - 1.0) * batch * (m * k + k * n)
+    return dict(name=name, cls=cls, flops=flops, bytes=bytes_, m=m, n=n, k=k, batch=batch, kernels=1.0, fp8=fp8)
+
+
+def fp8_casts(name, elements, grad_elements, tensors, grad_tensors, fp8):
+    """FP8 scaling of the inputs of a group of linears (zero elements unless `fp8`): per tensor an amax
+    pass (read 16-bit) and a cast pass (read 16-bit, write the FP8 copy and its transpose for the other
+    GEMM), 6 bytes per element in 2 kernels; forward: activations and weights (`elements`, `tensors`);
+    backward (its `bwd`): the incoming gradients."""
+    op = memory_op(name, "elementwise", fp8 * elements, reads=2.0, writes=1.0, flops_per_elt=FLOPS_PER_ELEMENT["cast"],
+                   kernels=2.0 * tensors)
+    op["bwd"] = memory_op(name + ".bwd", "elementwise", fp8 * grad_elements, reads=2.0, writes=1.0,
+                          flops_per_elt=FLOPS_PER_ELEMENT["cast"], kernels=2.0 * grad_tensors)
+    return op
 
 
 def memory_op(name, cls, elements, reads=1.0, writes=1.0, flops_per_elt=1.0, kernels=1.0, elt_bytes=ACT_BYTES):
@@ -73,9 +86,16 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     mlp_n = ffn_tp = f / tp
     up_n = mlp_n * (1.0 + llama)  # SwiGLU computes gate and up projections together
 
+    # precision=fp8: the four linears run as FP8 GEMMs with their inputs scaled and cast
+    fp8 = d.fp8
+    qkv_in, out_in, up_in, down_in = tokens * h, tokens * h / tp, tokens * h, tokens * ffn_tp
+    casts_attn = fp8_casts("fp8_cast_attn", qkv_in + out_in + h * qkv_n + (h / tp) * h, tokens * (qkv_n + h),
+                           4.0, 2.0, fp8)
+    casts_mlp = fp8_casts("fp8_cast_mlp", up_in + down_in + h * up_n + ffn_tp * h, tokens * (up_n + h), 4.0, 2.0, fp8)
     ops = [
         memory_op("input_norm", "norm", sp_tokens * h, reads=1.0, writes=1.0, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
-        gemm("qkv_proj", tokens, qkv_n, h),
+        casts_attn,
+        gemm("qkv_proj", tokens, qkv_n, h, fp8=fp8),
         # RoPE on Q and K (Llama only: zero elements for GPT)
         memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim,
                   flops_per_elt=FLOPS_PER_ELEMENT["rope"]),
@@ -92,14 +112,15 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
         dict(name="flash_attention", cls="attention", flops=flash * 2.0 * b * heads_tp * s * s_kv * head_dim,
              bytes=flash * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim * d.cp,
              m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash * d.cp),
-        gemm("attn_out_proj", tokens, h, h / tp),
+        gemm("attn_out_proj", tokens, h, h / tp, fp8=fp8),
         memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),
         memory_op("post_attn_norm", "norm", sp_tokens * h, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
-        gemm("mlp_up_proj", tokens, up_n, h),
+        casts_mlp,
+        gemm("mlp_up_proj", tokens, up_n, h, fp8=fp8),
         memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0,
                   flops_per_elt=FLOPS_PER_ELEMENT["activation"]),
-        gemm("mlp_down_proj", tokens, h, ffn_tp),
+        gemm("mlp_down_proj", tokens, h, ffn_tp, fp8=fp8),
         memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),
     ]
@@ -109,13 +130,16 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
 def backward_ops(fwd_ops: list[dict], xp) -> list[dict]:
     """Backward ops: each GEMM becomes a data-gradient and a weight-gradient GEMM of the same size;
     attention costs 2x (5/2x for FlashAttention, which recomputes scores); bandwidth-bound ops
-    read the saved input and incoming gradient and write the outgoing gradient (about 1.5x)."""
+    read the saved input and incoming gradient and write the outgoing gradient (about 1.5x); an op
+    with its own backward (`bwd`: the FP8 casts of the incoming gradients) becomes that."""
     out = []
     for op in fwd_ops:
         if op["cls"] == "gemm":
-            m, n, k, b = op["m"], op["n"], op["k"], op["batch"]
-            out.append(gemm(op["name"] + ".dgrad", m, k, n, batch=b))
-            out.append(gemm(op["name"] + ".wgrad", k, n, m, batch=b))
+            m, n, k, b, fp8 = op["m"], op["n"], op["k"], op["batch"], op.get("fp8", 0.0)
+            out.append(gemm(op["name"] + ".dgrad", m, k, n, batch=b, fp8=fp8))
+            out.append(gemm(op["name"] + ".wgrad", k, n, m, batch=b, fp8=fp8))
+        elif "bwd" in op:
+            out.append(op["bwd"])
         elif op["cls"] == "attention":
             scale = 2.5 if op["name"] == "flash_attention" else 2.0
             out.append({**op, "name": op["name"] + ".bwd", "flops": scale * op["flops"], "bytes": 2.0 * op["bytes"],

@@ -39,10 +39,17 @@ def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
     return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
 
 
+def op_peak(op: dict, hw: dict, xp):
+    """FLOP/s peak an op runs at: an FP8 linear at the FP8 peak, other GEMMs at the run's precision's
+    peak (16-bit in an FP8 run: the logits and the router stay bf16), everything else at the 16-bit peak."""
+    if op["cls"] != "gemm":
+        return hw["peak_flops_16"]
+    return xp.where(op.get("fp8", 0.0) > 0, hw["peak_flops"], hw["peak_flops_gemm16"])
+
+
 def op_times(op_list: list[dict], hw: dict, correction, xp) -> list:
-    """Seconds each op's kernels occupy the GPU (GEMMs at the GEMM peak, others at the 16-bit peak)."""
-    return [kernel_time(op, hw["peak_flops"] if op["cls"] == "gemm" else hw["peak_flops_16"], hw["hbm_bw"],
-                        correction, xp) for op in op_list]
+    """Seconds each op's kernels occupy the GPU (at op_peak)."""
+    return [kernel_time(op, op_peak(op, hw, xp), hw["hbm_bw"], correction, xp) for op in op_list]
 
 
 def sequence_time(op_list: list[dict], times: list, xp):
@@ -84,7 +91,8 @@ def _allreduce(size, group, ranks_per_node, net, correction, xp):
 
 def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
     """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config."""
-    hw = dict(peak_flops=d.peak_flops, peak_flops_16=d.peak_flops_16, hbm_bw=d.hbm_bw)
+    hw = dict(peak_flops=d.peak_flops, peak_flops_16=d.peak_flops_16, hbm_bw=d.hbm_bw,
+              peak_flops_gemm16=xp.where(d.fp8 > 0, d.peak_flops_16, d.peak_flops))
     net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
     tp, pp, dp, vpp = d.tp, d.pp, d.dp, d.vpp
     m = d.num_micro_batches
