@@ -45,10 +45,10 @@ def to_fields(r: dict):
     torchtitan = sid.startswith("torchtitan")
     if rec.startswith(("full", "remat")):
         recompute = "full"
+    elif rec.startswith("selective (per layer)") and torchtitan:
+        recompute = "selective-layer"  # torchtitan's per-layer AC: every second layer fully checkpointed
     elif rec.startswith("selective") and torchtitan:
-        # torchtitan's selective AC: 'op' (its default) is modelled as selective-op; 'per layer'
-        # (every second layer fully checkpointed) is approximated by it too
-        recompute = "selective-op"
+        recompute = "selective-op"  # torchtitan's selective AC: 'op' (its default)
     elif rec.startswith("selective"):
         recompute = "selective"
     else:

@@ -76,12 +76,14 @@ FIELD_OPTIONS = dict(
     micro_batch=typer.Option(None, "--micro-batch", help="Micro-batch size in sequences."),
     global_batch=typer.Option(None, "--global-batch", help="Global batch size in sequences."),
     sequence_parallel=typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron SP."),
-    recompute=typer.Option(None, "--recompute", help="Activation recomputation: none, selective, full."),
+    recompute=typer.Option(None, "--recompute", help="Activation recomputation: none, selective, full, selective-op, selective-layer."),
     zero_stage=typer.Option(None, "--zero-stage", help="ZeRO stage 0-3 (1 = distributed optimizer)."),
     schedule=typer.Option(None, "--schedule", help="Pipeline schedule: 1f1b, interleaved, gpipe."),
     vpp=typer.Option(None, "--vpp", help="Virtual pipeline stages per GPU (interleaved)."),
     overlap_grad_reduce=typer.Option(None, "--overlap-grad-reduce/--no-overlap-grad-reduce",
                                      help="Overlap DP gradient reduction with the backward pass."),
+    async_tp=typer.Option(None, "--async-tp/--no-async-tp", help="Async TP: overlap the sequence-parallel "
+                          "all-gathers / reduce-scatters with the GEMMs (needs --sequence-parallel)."),
     first_stage_layers=typer.Option(None, "--first-stage-layers", help="Layers of the first pipeline stage "
                                     "(uneven stages; default: spread evenly)."),
     last_stage_layers=typer.Option(None, "--last-stage-layers", help="Layers of the last pipeline stage "

@@ -157,8 +157,8 @@ def _print_table(cfg, result, cost, price):
     strategy = (f"tp={p.tp} pp={p.pp} dp={p.dp} micro_batch={p.micro_batch} global_batch={p.global_batch} "
                 f"({p.num_micro_batches} micro-batches) schedule={p.schedule}"
                 + (f" vpp={p.vpp}" if p.vpp > 1 else "") + f" recompute={p.recompute} zero={p.zero_stage}"
-                + (" sp" if p.sequence_parallel else "") + (f" ep={p.ep}" if m.num_experts else "")
-                + (f" cp={p.cp}" if p.cp > 1 else ""))
+                + (" sp" if p.sequence_parallel else "") + (" async-tp" if p.async_tp else "")
+                + (f" ep={p.ep}" if m.num_experts else "") + (f" cp={p.cp}" if p.cp > 1 else ""))
     stages = gpu_stage_layers(m.num_layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
     if len(set(stages)) > 1:
         strategy += f"\nuneven stages: layers per pipeline GPU {'+'.join(map(str, stages))} (the heaviest sets the pace)"

@@ -224,6 +224,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
                       + (f" --ep {b['ep']}" if moe else "") + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
+                      + (" --async-tp" if b.get("async_tp") else "") + f" --precision {c.precision}"
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 

@@ -138,9 +138,10 @@ def collective_adjustment(correction: dict | None, op_name: str, size_bytes, gro
 
 
 def _recompute_level(code, xp):
-    """The recompute feature: none 0, selective 1, full 2; torchtitan's selective-op (code 3) is
-    presented as selective, its nearest trained setting (the feature's meaning is unchanged)."""
-    return xp.where(code == 3, 1.0, code * 1.0)
+    """The recompute feature: none 0, selective 1, full 2; torchtitan's selective-op (code 3) and
+    selective-layer (code 4, half the layers fully recomputed) are presented as selective, their nearest
+    trained setting (the feature's meaning is unchanged)."""
+    return xp.where((code == 3) | (code == 4), 1.0, code * 1.0)
 
 
 def run_features(d: dict, xp):

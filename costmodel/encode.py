@@ -76,6 +76,8 @@ class SimInput(NamedTuple):
     cp: Any
     # 1.0 for precision=fp8 (the linears' GEMMs at peak_flops, the FP8 peak; other GEMMs at peak_flops_16)
     fp8: Any
+    # 1.0 for async TP (the SP collectives overlapped with the GEMMs; 0.0 without TP)
+    async_tp: Any
 
     def map(self, fn) -> "SimInput":
         """`fn` applied to every field (e.g. a cast, padding, a device transfer)."""
@@ -135,7 +137,8 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
         grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
-        ep=f(r["ep"]), fp8=f(prec == PRECISIONS.index("fp8")), layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
+        ep=f(r["ep"]), fp8=f(prec == PRECISIONS.index("fp8")),
+        async_tp=f(r["async_tp"]), layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
     )
     d = with_layout(d, f(r["tp"]), f(r["pp"]), f(r["dp"]), f(r["micro_batch"]), f(r["vpp"]))
     stages = stage_layer_counts(r["num_layers"], r["pp"], r["vpp"], r["first_stage_layers"], r["last_stage_layers"])

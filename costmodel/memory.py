@@ -10,8 +10,8 @@ Pure array code.
 from __future__ import annotations
 
 from vtrain.costmodel import moe
-from vtrain.costmodel.ops import (ACT_BYTES, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP,
-                                    layer_parameters)
+from vtrain.costmodel.ops import (ACT_BYTES, LAYER_RECOMPUTE_FRACTION, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE,
+                                    RECOMPUTE_SELECTIVE_LAYER, RECOMPUTE_SELECTIVE_OP, layer_parameters)
 from vtrain.costmodel.units import GiB
 
 FRAMEWORK_BYTES = 1.5 * GiB  # CUDA context, cuBLAS/NCCL workspaces, allocator slack
@@ -86,15 +86,20 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp, in_fl
     sp_div = xp.where(d.sp > 0, tp, 1.0)
     stored_full_recompute = ACT_BYTES * sbh / sp_div  # only each layer's input is kept
     rec = d.recompute
-    full, by_op = rec == RECOMPUTE_FULL, rec == RECOMPUTE_SELECTIVE_OP
+    full, by_op, by_layer = rec == RECOMPUTE_FULL, rec == RECOMPUTE_SELECTIVE_OP, rec == RECOMPUTE_SELECTIVE_LAYER
+    # selective-layer: the average layer, half of them storing only their input, half everything
+    q = LAYER_RECOMPUTE_FRACTION
     stored = xp.where(full, stored_full_recompute,
                       xp.where(by_op, selective_op,
-                               xp.where(rec == RECOMPUTE_SELECTIVE, per_layer - attention_scores, per_layer)))
+                               xp.where(rec == RECOMPUTE_SELECTIVE, per_layer - attention_scores,
+                                        xp.where(by_layer, q * stored_full_recompute + (1.0 - q) * per_layer,
+                                                 per_layer))))
     # (selective-op on an MoE layer: its dense part as for a dense layer, the routed part stored)
     stored_moe = xp.where(full, stored_full_recompute,
                           xp.where(by_op, selective_op + per_moe_layer - per_layer,
                                    xp.where(rec == RECOMPUTE_SELECTIVE, per_moe_layer - attention_scores,
-                                            per_moe_layer)))
+                                            xp.where(by_layer, q * stored_full_recompute + (1.0 - q) * per_moe_layer,
+                                                     per_moe_layer))))
     # The backward pass re-materializes what was dropped, for one layer and one micro-batch at a
     # time: full recompute the layer's activations beyond its stored input, selective-op the layer's
     # activations beyond the outputs it keeps, selective the attention scores. (Counting the whole
@@ -102,8 +107,8 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp, in_fl
     # flight.) So none >= selective >= full always. The largest re-materialization among the kinds of
     # layer the stage holds counts (a dense layer's, larger than a small-expert MoE layer's, made full
     # exceed none on an all-MoE model).
-    def rematerialized(per):
-        return xp.where(full, per - stored_full_recompute,
+    def rematerialized(per):  # (selective-layer: a fully recomputed layer's, as for full)
+        return xp.where(full | by_layer, per - stored_full_recompute,
                         xp.where(by_op, per_layer - selective_op,
                                  xp.where(rec == RECOMPUTE_SELECTIVE, attention_scores, 0.0)))
 

@@ -151,6 +151,15 @@ def backward_ops(fwd_ops: list[dict], xp) -> list[dict]:
 
 SELECTIVE_RECOMPUTE_OPS = ("attn_scores", "attn_softmax", "attn_dropout", "attn_context", "flash_attention")
 RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTE_SELECTIVE_OP = Recompute.FULL, Recompute.SELECTIVE, Recompute.SELECTIVE_OP
+RECOMPUTE_SELECTIVE_LAYER = Recompute.SELECTIVE_LAYER
+LAYER_RECOMPUTE_FRACTION = 0.5  # selective-layer: every second layer fully recomputed (torchtitan's option "2")
+
+
+def full_recompute_fraction(recompute, xp):
+    """Fraction of the layers whose whole forward re-runs in the backward pass: 1 for full, 1/2 for
+    selective-layer, else 0."""
+    return xp.where(recompute == RECOMPUTE_FULL, 1.0,
+                    xp.where(recompute == RECOMPUTE_SELECTIVE_LAYER, LAYER_RECOMPUTE_FRACTION, 0.0))
 
 
 def selective_op_fraction(op: dict, d: dict):
@@ -174,18 +183,23 @@ def selective_op_fraction(op: dict, d: dict):
 
 def recompute_ops(fwd_ops: list[dict], recompute, xp, d: dict | None = None) -> list[dict]:
     """Ops re-run in the backward pass: all of them for full recompute, the attention core for
-    selective recompute, torchtitan's op-level choice for selective-op (needs `d`), none for none.
-    Costs are masked, not dropped, so the list has a fixed length (needed under jax.jit)."""
-    full = xp.where(recompute == RECOMPUTE_FULL, 1.0, 0.0)
-    selective = xp.where((recompute == RECOMPUTE_SELECTIVE) | (recompute == RECOMPUTE_FULL), 1.0, 0.0)
+    selective recompute, torchtitan's op-level choice for selective-op (needs `d`), all of them on
+    half the layers for selective-layer (an average layer: every op at 1/2, its kernels launched on
+    half the layers), none for none. Costs are masked, not dropped, so the list has a fixed length
+    (needed under jax.jit)."""
+    full = full_recompute_fraction(recompute, xp)
+    selective = xp.where((recompute == RECOMPUTE_SELECTIVE) | (recompute == RECOMPUTE_FULL), 1.0, 0.0) + \
+        xp.where(recompute == RECOMPUTE_SELECTIVE_LAYER, LAYER_RECOMPUTE_FRACTION, 0.0)
     by_op = xp.where(recompute == RECOMPUTE_SELECTIVE_OP, 1.0, 0.0)
+    by_layer = xp.where(recompute == RECOMPUTE_SELECTIVE_LAYER, 1.0, 0.0)
     out = []
     for op in fwd_ops:
         mask = selective if op["name"] in SELECTIVE_RECOMPUTE_OPS else full
         if d is not None:
             mask = mask + by_op * selective_op_fraction(op, d)
         out.append({**op, "name": op["name"] + ".recompute", "flops": op["flops"] * mask,
-                    "bytes": op["bytes"] * mask, "kernels": op["kernels"] * xp.minimum(mask * 1e9, 1.0),
+                    "bytes": op["bytes"] * mask,
+                    "kernels": op["kernels"] * xp.where(by_layer > 0, mask, xp.minimum(mask * 1e9, 1.0)),
                     "mask": mask})
     return out
 

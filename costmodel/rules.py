@@ -30,8 +30,9 @@ ARCHS = ("gpt", "llama")
 ATTENTIONS = ("flash", "unfused")  # fused FlashAttention kernel | Megatron's unfused QK^T-softmax-PV
 # selective: Korthikanti et al. / Megatron (attention core recomputed); full: whole layers;
 # selective-op: torchtitan's op-level selective AC (every second matmul output and the attention
-# output kept, the rest recomputed).
-RECOMPUTE_MODES = ("none", "selective", "full", "selective-op")
+# output kept, the rest recomputed); selective-layer: torchtitan's per-layer selective AC (every
+# second layer fully recomputed, the others keep everything: selective_ac_option = "2").
+RECOMPUTE_MODES = ("none", "selective", "full", "selective-op", "selective-layer")
 SCHEDULES = ("1f1b", "interleaved", "gpipe")
 PRECISIONS = ("fp16", "bf16", "fp8")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -52,6 +53,7 @@ class Recompute(IntEnum):
     SELECTIVE = 1
     FULL = 2
     SELECTIVE_OP = 3
+    SELECTIVE_LAYER = 4
 
 
 class Schedule(IntEnum):
@@ -319,6 +321,11 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     E.fail((zero == 3) & (pp > 1), "zero_stage",
            lambda i: "ZeRO-3 cannot be combined with pp > 1; use zero_stage <= 2 or pp=1")
     sp = f["sequence_parallel"].astype(bool) & (tp != 1)  # a no-op without tensor parallelism
+    # async TP (torchtitan / Megatron-Core TP comm overlap): a no-op without TP, needs SP
+    async_tp = f["async_tp"].astype(bool) & (tp != 1)
+    E.fail(async_tp & ~sp, "async_tp",
+           lambda i: "needs sequence_parallel=true (async TP overlaps the sequence-parallel all-gathers and "
+                     "reduce-scatters with the GEMMs); set sequence_parallel=true or async_tp=false")
     local_seq = seq // _safe(cp, E.ok)  # tokens of a sequence on one context-parallel rank
     E.fail(sp & (local_seq % _safe(tp, E.ok) != 0), "sequence_parallel",
            lambda i: (f"seq_len={seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
@@ -347,7 +354,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
         first_stage_layers=first_l, last_stage_layers=last_l, cp=cp,
-        overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool),
+        overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool), async_tp=async_tp,
         gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
         inter_node_bw_Gbps=inter.astype(np.float64), precision=prec, **figures,
     )

@@ -23,7 +23,6 @@ from vtrain.costmodel.correction import global_adjustment, op_efficiency
 from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches, pipeline_time
-from vtrain.costmodel.rules import Recompute
 
 DISPATCH_S = 20e-6  # host time to issue one kernel from an eager framework (Python, autograd, launch), s
 ADAM_BYTES_PER_PARAM = 36.0  # read grad, fp32 master, m, v; write master, m, v, 16-bit weight; norm pass
@@ -79,6 +78,22 @@ def _tp_comm_per_layer(d, net, correction, xp):
     return xp.where(d.sp > 0, 2.0 * (ag + rs), 2.0 * ar)
 
 
+def _tp_async_per_layer(d, net, correction, gemm_time: dict, xp):
+    """Exposed seconds of one layer's SP collectives in one direction under async TP: per (collective,
+    GEMM) pair, the first of tp chunks plus the excess of the other chunks over the GEMM's."""
+    size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
+    tp_per_node = xp.minimum(d.tp, d.gpus_per_node)
+    ag = collective_time("all_gather", size, d.tp, tp_per_node, net, correction, xp)
+    rs = collective_time("reduce_scatter", size, d.tp, tp_per_node, net, correction, xp)
+    rest = (d.tp - 1.0) / d.tp
+
+    def pair(comm, gemm):
+        return comm / d.tp + xp.maximum(comm - gemm, 0.0) * rest
+
+    return (pair(ag, gemm_time["qkv_proj"]) + pair(rs, gemm_time["attn_out_proj"]) + pair(ag, gemm_time["mlp_up_proj"])
+            + pair(rs, gemm_time["mlp_down_proj"]))
+
+
 def _allreduce(size, group, ranks_per_node, net, correction, xp):
     modelled = collective_time("all_reduce", size, group, ranks_per_node, net, correction, xp)
     table = net.get("allreduce_table")
@@ -128,7 +143,13 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
 
     # --- tensor-parallel communication ---
     tp_layer = _tp_comm_per_layer(d, net, correction, xp)
-    full_recompute = xp.where(d.recompute == Recompute.FULL, 1.0, 0.0)
+    full_recompute = opgraph.full_recompute_fraction(d.recompute, xp)
+    # async TP: each SP all-gather / reduce-scatter runs in tp chunks under the GEMM it feeds / follows
+    # (QKV, out-proj, MLP up, MLP down; the backward's data-gradient GEMMs likewise): the first chunk
+    # and whatever outlasts the GEMM stay exposed
+    gemm_time = {op["name"]: t for op, t in zip(fwd, fwd_times)}
+    tp_async = _tp_async_per_layer(d, net, correction, gemm_time, xp)
+    tp_layer = xp.where(d.async_tp > 0, tp_async, tp_layer)
     tp_per_layer = tp_layer * (2.0 + full_recompute)  # forward, backward, (forward again)
     tp_per_node = xp.minimum(tp, d.gpus_per_node)
     # vocabulary-parallel embedding all-reduce (fwd) and cross-entropy statistics (3 fp32 per token)

@@ -121,6 +121,9 @@ class ParallelSpec:
     schedule: str = "1f1b"
     vpp: int = 1
     overlap_grad_reduce: bool = False
+    # Async TP (torchtitan's micro-pipelined TP, Megatron-Core's tp-comm-overlap): the SP all-gathers /
+    # reduce-scatters run chunk by chunk under the GEMMs they feed; needs sequence_parallel
+    async_tp: bool = False
     ep: int = 1
     # Context parallelism: each sequence split over cp ranks (ring attention); dp = num_gpus/(tp*pp*cp)
     cp: int = 1

@@ -61,8 +61,7 @@ RECOMPUTE = [
     ("full", "full"),
     ("selective (attention core only)", "selective"),
     ("selective (per op)", "selective-op"),  # torchtitan's op-level selective AC
-    ("selective (per layer)", "recompute 'selective (per layer)': torchtitan's every-other-layer checkpointing, "
-                              "not modelled"),
+    ("selective (per layer)", "selective-layer"),  # torchtitan's per-layer AC: every second layer
     ("selective", "selective"),
     ("none", "none"),
     ("rematerialization", "recompute 'rematerialization': PaLM's policy, not modelled"),
@@ -72,7 +71,8 @@ RECOMPUTE = [
 PRECISIONS = [("fp8", "fp8"), ("float8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("16-bit", "fp16")]
 # Parallelism the simulator cannot express yet: column -> the only value it accepts.
 NOT_MODELLED = {"ep": (1, "expert parallelism (ep={})")}
-NOTE_FEATURES = [("async tp", "async TP (TP communication overlapped with GEMMs)")]
+# Features a row's notes name (lower-case substrings) -> canonical field values.
+NOTE_FEATURES = [(("async tp", "asynctp"), dict(async_tp=True))]
 # Values a source leaves empty that its own code fixes (source-id prefix, field, value, why).
 ASSUMED = [
     ("korthikanti2022", "zero_stage", 0, "Megatron-LM without the distributed optimizer"),
@@ -159,7 +159,7 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
                       f"recompute '{raw['recompute']}': unknown")
         if mapped == "selective" and sid.startswith("torchtitan"):
             mapped = "selective-op"  # torchtitan's "selective" is its op-level policy (its default option)
-        if mapped in ("none", "selective", "full", "selective-op"):
+        if mapped in ("none", "selective", "full", "selective-op", "selective-layer"):
             values["recompute"] = mapped
         else:
             reasons.append(mapped)
@@ -182,7 +182,12 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
     if sid.startswith(UNFUSED_ATTENTION):
         values["attention"] = "unfused"
     notes = str(raw.get("notes", "")).lower()
-    reasons += [text for key, text in NOTE_FEATURES if key in notes]
+    for keys, fields in NOTE_FEATURES:
+        if any(key in notes for key in keys):
+            values.update(fields)
+    # torchtitan's TP plan shards the norms and residuals over the sequence (SequenceParallel): SP
+    if sid.startswith("torchtitan") and _num(values.get("tp")) > 1:
+        values["sequence_parallel"] = True
     for prefix, name, value, _why in ASSUMED:
         if sid.startswith(prefix) and name not in values:
             values[name] = value

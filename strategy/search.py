@@ -38,6 +38,9 @@ from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors, fmt_cho
 from vtrain.costmodel.spec import TrainConfig
 from vtrain.costmodel.units import GiB
 
+# recompute modes search tries by default (torchtitan's per-layer variant only on request: it sits
+# between none and full, which are both tried)
+SEARCH_RECOMPUTE = tuple(r for r in RECOMPUTE_MODES if r != "selective-layer")
 OBJECTIVES = ("time", "time-p90", "cost", "tokens-per-dollar")  # time-p90: the interval's upper bound
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
@@ -71,7 +74,7 @@ class SearchSpace:
     micro_batch: tuple | None = None
     vpp: tuple | None = None
     ep: tuple | None = None  # expert-parallel degrees (MoE models; dense models always ep=1)
-    recompute: tuple = RECOMPUTE_MODES
+    recompute: tuple = SEARCH_RECOMPUTE
     zero_stages: tuple = (0, 1, 2, 3)
     schedules: tuple = ("1f1b", "interleaved")
     sequence_parallel: tuple = (False, True)
@@ -298,6 +301,8 @@ def _grid_fields(cfg: TrainConfig, strategies: dict, broadcast: bool = True) -> 
             f[key] = strategies[key]
     f["sequence_parallel"] = strategies["sequence_parallel"] > 0
     f["overlap_grad_reduce"] = f["overlap_grad_reduce"].astype(bool)
+    # the config's async TP applies to the layouts that can run it (tp > 1 with SP)
+    f["async_tp"] = f["async_tp"].astype(bool) & (strategies["tp"] > 1) & (strategies["sequence_parallel"] > 0)
     # search picks the layout: its stages take the default split of pipeline.chunk_layers
     f["first_stage_layers"] = np.zeros_like(f["first_stage_layers"])
     f["last_stage_layers"] = np.zeros_like(f["last_stage_layers"])
@@ -313,7 +318,8 @@ def strategy_values(cfg: TrainConfig, strategies: dict, i: int) -> dict:
                 recompute=RECOMPUTE_MODES[int(strategies["recompute"][i])],
                 sequence_parallel=bool(strategies["sequence_parallel"][i]),
                 zero_stage=int(strategies["zero_stage"][i]), ep=int(strategies["ep"][i]), first_stage_layers=0,
-                last_stage_layers=0, cp=int(strategies["cp"][i]))
+                last_stage_layers=0, cp=int(strategies["cp"][i]),
+                async_tp=bool(flat["async_tp"] and strategies["tp"][i] > 1 and strategies["sequence_parallel"][i]))
     return flat
 
 

@@ -84,7 +84,7 @@ def test_fsdp_keeps_16_bytes_per_parameter_sharded_plus_an_unsharded_working_set
 
 def test_selective_op_recompute_is_validated_and_listed():
     with pytest.raises(ConfigError, match="^recompute: 'op' is unknown; use one of none, selective, full, "
-                                          "selective-op$"):
+                                          "selective-op, selective-layer$"):
         build_config(dict(LLAMA8B, recompute="op"))
 
 

@@ -126,3 +126,27 @@ def test_power_capped_h100_rows_import_with_the_gpu_overrides(tmp_path):
     r = res.tables["runs"].iloc[0]
     assert (r["gpu"], r["peak_tflops"], r["hbm_bandwidth_GBps"], r["gpu_memory_GiB"]) == \
         tuple(H100_POWER_CAPPED[k] for k in ("gpu", "peak_tflops", "hbm_bandwidth_GBps", "gpu_memory_GiB"))
+
+
+def test_torchtitan_async_tp_and_per_layer_ac_rows_are_expressed(tmp_path):
+    tp_row = dict(BASE, source_id="torchtitan_h100_2412_r12", model="Llama 3.1 70B", num_layers=80, hidden_size=8192,
+                  ffn_hidden_size=28672, num_attention_heads=64, num_kv_heads=8, seq_len=8192, vocab_size=128256,
+                  gpu="H100 96GB HBM2e, 500W power limit (Grand Teton)", num_gpus=256, tp=8, pp=1, dp=32, cp=1,
+                  virtual_pp="", micro_batch=16, global_batch=512, seq_parallel="", recompute="full",
+                  zero_stage="3 (FSDP2)", precision="fp8 linears (torchao Float8) + bf16",
+                  measured_metric="tokens_per_s_per_gpu", measured_value=876.0,
+                  notes="2D + AsyncTP (+ torch.compile + Float8); local batch 16")
+    vanilla = dict(tp_row, source_id="torchtitan_h100_2412_r11", notes="2D (+ torch.compile + Float8)")
+    layer_ac = dict(BASE, source_id="torchtitan_a100_r05", model="Llama 2 13B", num_layers=40, hidden_size=5120,
+                    ffn_hidden_size=13824, num_attention_heads=40, num_kv_heads=40, seq_len=4096, vocab_size="",
+                    gpu="A100 80GB", num_gpus=64, tp=1, pp=1, dp=64, cp=1, virtual_pp="", micro_batch=2,
+                    global_batch=128, seq_parallel="", recompute="selective (per layer)",
+                    zero_stage="3 (FSDP2 full shard, 1D)", precision="bf16 mixed",
+                    measured_metric="tokens_per_s_per_gpu", measured_value=1914.0)
+    res = convert(write_rows(tmp_path / "runs.csv", [tp_row, vanilla, layer_ac]), "published_runs")
+    assert not res.rejected
+    runs = res.tables["runs"]
+    # torchtitan's TP plan is sequence parallel; "AsyncTP" in the notes turns on async TP
+    assert list(runs["sequence_parallel"]) == [True, True, False]
+    assert list(runs["async_tp"]) == [True, False, False]
+    assert (runs.iloc[0]["precision"], runs.iloc[2]["recompute"]) == ("fp8", "selective-layer")
