@@ -76,7 +76,8 @@ FIELD_OPTIONS = dict(
     micro_batch=typer.Option(None, "--micro-batch", help="Micro-batch size in sequences."),
     global_batch=typer.Option(None, "--global-batch", help="Global batch size in sequences."),
     sequence_parallel=typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Megatron SP."),
-    recompute=typer.Option(None, "--recompute", help="Activation recomputation: none, selective, full, selective-op, selective-layer."),
+    recompute=typer.Option(None, "--recompute", help="Activation recomputation: none, selective, full, "
+                           "selective-op (torchtitan's op-level AC), selective-layer (every second layer full)."),
     zero_stage=typer.Option(None, "--zero-stage", help="ZeRO stage 0-3 (1 = distributed optimizer)."),
     schedule=typer.Option(None, "--schedule", help="Pipeline schedule: 1f1b, interleaved, gpipe."),
     vpp=typer.Option(None, "--vpp", help="Virtual pipeline stages per GPU (interleaved)."),

@@ -69,22 +69,20 @@ def ops_time(op_list: list[dict], hw: dict, correction, xp):
 
 def _tp_comm_per_layer(d, net, correction, xp):
     """TP collectives of one layer, one micro-batch, one direction (forward or backward):
-    2 all-reduces of the layer output, or with SP 2 all-gathers + 2 reduce-scatters."""
+    2 all-reduces of the layer output, or with SP 2 all-gathers + 2 reduce-scatters. Returns
+    (seconds, one SP all-gather's seconds, one SP reduce-scatter's seconds)."""
     size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
     tp_per_node = xp.minimum(d.tp, d.gpus_per_node)
     ar = _allreduce(size, d.tp, tp_per_node, net, correction, xp)
     ag = collective_time("all_gather", size, d.tp, tp_per_node, net, correction, xp)
     rs = collective_time("reduce_scatter", size, d.tp, tp_per_node, net, correction, xp)
-    return xp.where(d.sp > 0, 2.0 * (ag + rs), 2.0 * ar)
+    return xp.where(d.sp > 0, 2.0 * (ag + rs), 2.0 * ar), ag, rs
 
 
-def _tp_async_per_layer(d, net, correction, gemm_time: dict, xp):
-    """Exposed seconds of one layer's SP collectives in one direction under async TP: per (collective,
-    GEMM) pair, the first of tp chunks plus the excess of the other chunks over the GEMM's."""
-    size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.hidden
-    tp_per_node = xp.minimum(d.tp, d.gpus_per_node)
-    ag = collective_time("all_gather", size, d.tp, tp_per_node, net, correction, xp)
-    rs = collective_time("reduce_scatter", size, d.tp, tp_per_node, net, correction, xp)
+def _tp_async_per_layer(d, ag, rs, gemm_time: dict, xp):
+    """Exposed seconds of one layer's SP collectives in one direction under async TP (`ag`, `rs`: one
+    all-gather's / reduce-scatter's seconds): per (collective, GEMM) pair, the first of tp chunks plus
+    the excess of the other chunks over the GEMM's."""
     rest = (d.tp - 1.0) / d.tp
 
     def pair(comm, gemm):
@@ -142,13 +140,13 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     t_moe = t_moe_fwd + t_moe_bwd
 
     # --- tensor-parallel communication ---
-    tp_layer = _tp_comm_per_layer(d, net, correction, xp)
+    tp_layer, sp_gather, sp_scatter = _tp_comm_per_layer(d, net, correction, xp)
     full_recompute = opgraph.full_recompute_fraction(d.recompute, xp)
     # async TP: each SP all-gather / reduce-scatter runs in tp chunks under the GEMM it feeds / follows
     # (QKV, out-proj, MLP up, MLP down; the backward's data-gradient GEMMs likewise): the first chunk
     # and whatever outlasts the GEMM stay exposed
     gemm_time = {op["name"]: t for op, t in zip(fwd, fwd_times)}
-    tp_async = _tp_async_per_layer(d, net, correction, gemm_time, xp)
+    tp_async = _tp_async_per_layer(d, sp_gather, sp_scatter, gemm_time, xp)
     tp_layer = xp.where(d.async_tp > 0, tp_async, tp_layer)
     tp_per_layer = tp_layer * (2.0 + full_recompute)  # forward, backward, (forward again)
     tp_per_node = xp.minimum(tp, d.gpus_per_node)
@@ -225,15 +223,15 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
             "reduce_scatter", d.grad_bytes * unsharded, dpc, dp_per_node, net, correction, xp)
         return gather, scatter, ops_time([copy_out], hw, correction, xp)
 
-    def fsdp_exposed(params, t_f, t_b):
+    def fsdp_exposed(unit, t_f, t_b):
         """Exposed FSDP seconds of one layer and micro-batch with forward / backward compute t_f, t_b."""
-        gather, scatter, copy_out = fsdp_unit(params)
+        gather, scatter, copy_out = unit
         return fsdp * (xp.maximum(gather - t_f, 0.0) + xp.maximum(gather + scatter - t_b, 0.0) + 2.0 * copy_out)
 
-    fsdp_dense = fsdp_exposed(layer_params, t_fwd, t_bwd)
-    fsdp_moe = fsdp_exposed(moe_dense_params, t_moe_fwd, t_moe_bwd)
-    edge_gather, edge_scatter, _ = fsdp_unit(layer_params)
-    fsdp_edges = fsdp * (edge_gather + edge_scatter)
+    dense_unit = fsdp_unit(layer_params)
+    fsdp_dense = fsdp_exposed(dense_unit, t_fwd, t_bwd)
+    fsdp_moe = fsdp_exposed(fsdp_unit(moe_dense_params), t_moe_fwd, t_moe_bwd)
+    fsdp_edges = fsdp * (dense_unit[0] + dense_unit[1])
     # the root unit (embedding on the first stage; output layer on the last; both with pp = 1):
     # gathered once at the start of the micro-batch's forward, reduce-scattered at the end of its backward
     head_params = xp.where(single, d.llama, 1.0) * embedding_params
