@@ -38,9 +38,6 @@ from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES, divisors, fmt_cho
 from vtrain.costmodel.spec import TrainConfig
 from vtrain.costmodel.units import GiB
 
-# recompute modes search tries by default (torchtitan's per-layer variant only on request: it sits
-# between none and full, which are both tried)
-SEARCH_RECOMPUTE = tuple(r for r in RECOMPUTE_MODES if r != "selective-layer")
 OBJECTIVES = ("time", "time-p90", "cost", "tokens-per-dollar")  # time-p90: the interval's upper bound
 
 # Strategy fields (canonical names) held by a strategy table; enums as codes.
@@ -74,7 +71,7 @@ class SearchSpace:
     micro_batch: tuple | None = None
     vpp: tuple | None = None
     ep: tuple | None = None  # expert-parallel degrees (MoE models; dense models always ep=1)
-    recompute: tuple = SEARCH_RECOMPUTE
+    recompute: tuple = RECOMPUTE_MODES
     zero_stages: tuple = (0, 1, 2, 3)
     schedules: tuple = ("1f1b", "interleaved")
     sequence_parallel: tuple = (False, True)
