@@ -56,7 +56,7 @@ def test_enumeration_is_complete_on_a_tiny_space():
     assert len(got) == len(s["tp"])  # no duplicates
     want = set()
     for tp, pp, mb, sched, vpp, rec, sp, zero in itertools.product(range(1, 5), range(1, 5), range(1, 9), (0, 1),
-                                                                   range(1, 5), range(4), (0, 1), range(4)):
+                                                                   range(1, 5), range(len(RECOMPUTE_MODES)), (0, 1), range(4)):
         if sched == 1 and vpp == 1:
             continue  # interleaved with one virtual stage is plain 1F1B
         try:
