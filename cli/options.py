@@ -15,7 +15,7 @@ CheckpointOpt = typer.Option("default", "--checkpoint", "-c",
 
 
 ZERO_ALLOWED = ("zero_stage", "num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_experts",
-                "first_dense_layers")
+                "first_dense_layers", "capacity_factor")
 
 
 def config_overrides(**flags) -> dict:
@@ -69,6 +69,12 @@ FIELD_OPTIONS = dict(
                                      "(default ffn_hidden_size)."),
     shared_experts=typer.Option(None, "--shared-experts", help="Shared experts (each of moe_ffn_hidden_size)."),
     first_dense_layers=typer.Option(None, "--first-dense-layers", help="Leading dense layers before the MoE ones."),
+    moe_layer_freq=typer.Option(None, "--moe-layer-freq", help="After the dense layers every k-th layer is MoE "
+                                "(default 1: all)."),
+    capacity_factor=typer.Option(None, "--capacity-factor", help="Expert capacity factor (>= 1; tokens beyond it "
+                                 "are dropped; default 0: dropless)."),
+    moe_imbalance=typer.Option(None, "--moe-imbalance", help="Routed tokens of the most loaded expert-parallel rank "
+                               "/ the balanced share (default 1: balanced)."),
     num_gpus=typer.Option(None, "--num-gpus", "-n", help="Total GPUs (= tp*pp*dp)."),
     tp=typer.Option(None, "--tp", help="Tensor-parallel degree."),
     pp=typer.Option(None, "--pp", help="Pipeline-parallel degree."),

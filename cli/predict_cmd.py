@@ -104,6 +104,8 @@ def predict(
             checkpoint=result.checkpoint, config=cfg.flat(), outside_training_data=outside,
             assumed=assumed,
         )
+        if cfg.model.num_experts:
+            out.update(num_moe_layers=cfg.model.num_moe_layers, routing_load=routing_load(cfg))
         if cost:
             out.update(tokens=cost.tokens, iterations=cost.iterations, train_days=cost.train_days,
                        gpu_hours=cost.gpu_hours, cost=cost.cost)
@@ -118,6 +120,39 @@ def predict(
     for line in (outside, interval_note(result)):
         if line:
             typer.echo(line)
+
+
+def routing_load(cfg) -> float:
+    """The routing load the prediction used: routed tokens of the most loaded EP rank / balanced."""
+    import numpy as np
+
+    from vtrain.costmodel.encode import config_row
+    from vtrain.costmodel.moe import routing_load as load
+
+    return float(load(config_row(cfg), np)[0])
+
+
+def moe_line(cfg) -> str:
+    """'MoE assumed: ...' with the MoE layer count and the effective routing load."""
+    m, p = cfg.model, cfg.parallel
+    load = routing_load(cfg)
+    placement = ([f"{m.first_dense_layers} dense first"] if m.first_dense_layers else []) + \
+        ([f"then every moe_layer_freq={m.moe_layer_freq}-th" if m.first_dense_layers else
+          f"every moe_layer_freq={m.moe_layer_freq}-th"] if m.moe_layer_freq > 1 else [])
+    layers = f"{m.num_moe_layers} of {m.num_layers} layers MoE" + (f" ({', '.join(placement)})" if placement else "")
+    if m.moe_imbalance == 1:
+        routing = "balanced routing"
+    else:
+        routing = f"routing imbalance {m.moe_imbalance:g}"
+        capped = [why for why, limit in (("by what one of ep=" + str(p.ep) + " ranks can receive",
+                                          p.ep * min(m.experts_per_token, m.num_experts / p.ep) / m.experts_per_token),
+                                         ("by capacity_factor", m.capacity_factor or float("inf")))
+                  if limit < m.moe_imbalance and abs(limit - load) < 1e-9]
+        routing += f" (capped {capped[0]})" if capped else ""
+    routing += f": the busiest EP rank gets {load:.2f}x the balanced tokens"
+    dropping = (f"capacity factor {m.capacity_factor:g} (tokens beyond it dropped, MFU counts them)"
+                if m.capacity_factor else "no token dropping")
+    return f"MoE assumed: {layers}; {routing}; {dropping}; expert TP = tp; all-to-all not overlapped"
 
 
 def _json_number(value: float):
@@ -166,7 +201,7 @@ def _print_table(cfg, result, cost, price):
     if m.num_experts and p.ep * p.tp > c.gpus_per_node and result.checkpoint != "none":
         caption += " (the all-to-all across nodes is analytical: no measured cross-node all-to-all)"
     if m.num_experts:
-        caption += "\nMoE assumed: balanced routing, no token dropping, expert TP = tp, all-to-all not overlapped"
+        caption += "\n" + moe_line(cfg)
     table = Table(title=title, caption=caption, show_header=False)
     table.add_column("metric", style="bold")
     table.add_column("value", justify="right")

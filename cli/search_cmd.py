@@ -17,7 +17,9 @@ from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_override
 # Canonical parallel fields that restrict the search space when given as flags.
 RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "ep", "recompute", "zero_stage", "schedule", "sequence_parallel")
 FILE_LAYOUT_FIELDS = RESTRICT_FIELDS + ("num_gpus",)
-MOE_MODEL_FIELDS = ("num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_experts", "first_dense_layers")
+ROUTING_DEFAULTS = dict(moe_layer_freq=1, capacity_factor=0.0, moe_imbalance=1.0)  # carried by the reproduce line
+MOE_MODEL_FIELDS = ("num_experts", "experts_per_token", "moe_ffn_hidden_size", "shared_experts", "first_dense_layers",
+                    "moe_layer_freq", "capacity_factor", "moe_imbalance")
 
 
 def _fmt_time(seconds: float) -> str:
@@ -225,6 +227,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
                       + (f" --ep {b['ep']}" if moe else "") + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
                       + (" --async-tp" if b.get("async_tp") else "") + f" --precision {c.precision}"
+                      + "".join(f" --{k.replace('_', '-')} {getattr(m, k):g}" for k, default in ROUTING_DEFAULTS.items()
+                                if moe and getattr(m, k) != default)
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 

@@ -228,7 +228,7 @@ def read_hf(data: dict) -> ConfigSource:
         out["seq_len"] = min(seq, HF_MAX_SEQ_LEN)
         capped = ", capped" if seq > HF_MAX_SEQ_LEN else ""
         assumed.append(_assumed("seq_len", out["seq_len"], f"{key} = {seq}{capped}; --seq-len"))
-    out.update(_hf_moe(data))
+    out.update(_hf_moe(data, out.get("num_layers")))
     assumed += _hf_unmodelled(data, out)
     return ConfigSource(out, assumed)
 
@@ -254,7 +254,7 @@ def _hf_unmodelled(data: dict, out: dict) -> list:
     return notes
 
 
-def _hf_moe(data: dict) -> dict:
+def _hf_moe(data: dict, layers=None) -> dict:
     """MoE fields of a Mixtral / Qwen-MoE / DeepSeek config.json; refuses what vtrain cannot express."""
     experts = next((data[k] for k in ("num_local_experts", "n_routed_experts", "num_experts") if data.get(k)), 0)
     if not experts:
@@ -271,16 +271,52 @@ def _hf_moe(data: dict) -> dict:
             raise ConfigError("shared_expert_intermediate_size", f"{shared_ffn} is not a multiple of the expert size "
                               f"{moe_ffn}; give shared_experts and moe_ffn_hidden_size in a vtrain config instead")
         out["shared_experts"] = shared_ffn // moe_ffn
-    if data.get("first_k_dense_replace"):
-        out["first_dense_layers"] = data["first_k_dense_replace"]
-    for key in ("moe_layer_freq", "decoder_sparse_step"):
-        if data.get(key) not in (None, 1):
-            raise ConfigError(key, f"{data[key]}: only every layer being MoE (1) is modelled; give a vtrain config "
-                              "with first_dense_layers instead")
-    if data.get("mlp_only_layers"):
-        raise ConfigError("mlp_only_layers", "dense layers between MoE layers are not modelled; give a vtrain config "
-                          "with first_dense_layers instead")
+    out.update(_hf_moe_layers(data, layers))
     return out
+
+
+def _short(indices: list) -> str:
+    """'[0, 2, 4, 6, 8, 10, ...]': at most six layer indices."""
+    return "[" + ", ".join(map(str, indices[:6])) + (", ...]" if len(indices) > 6 else "]")
+
+
+def _hf_moe_layers(data: dict, layers) -> dict:
+    """first_dense_layers / moe_layer_freq reproducing the MoE layers of a Hugging Face config.
+
+    Layer i is MoE there when i >= first_k_dense_replace and i % moe_layer_freq == 0 (DeepSeek),
+    i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0 (Qwen-MoE). vtrain's MoE layers
+    are f + k - 1, f + 2k - 1, ... (f = first_dense_layers, k = moe_layer_freq): a pattern that it
+    cannot reproduce exactly is refused in one line naming the key."""
+    fix = "fix it or remove the key"
+    def given(key, default):
+        return _hf_integer(key, default if data.get(key) is None else data[key], fix)
+
+    first, freq, step = given("first_k_dense_replace", 0), given("moe_layer_freq", 1), given("decoder_sparse_step", 1)
+    only = data.get("mlp_only_layers") or []
+    if not isinstance(only, (list, tuple)):
+        raise ConfigError("mlp_only_layers", f"'{only}' in the Hugging Face config is not a list of layer indices")
+    only = {_hf_integer("mlp_only_layers", i, "give a list of layer indices") for i in only}
+    for key, value, low in (("first_k_dense_replace", first, 0), ("moe_layer_freq", freq, 1),
+                            ("decoder_sparse_step", step, 1)):
+        if value < low:
+            raise ConfigError(key, f"{value} in the Hugging Face config must be >= {low}")
+    if freq == 1 and step == 1 and not only:
+        return dict(first_dense_layers=first) if first else {}
+    # the key responsible for a pattern vtrain cannot express (the most specific one given)
+    key = "mlp_only_layers" if only else "moe_layer_freq" if freq != 1 else "decoder_sparse_step"
+    n = _as_integer(layers) or 0
+    if n <= 0:  # no layer count (build_config names it): a stretch long enough to show the pattern
+        n = max([first] + [i + 1 for i in only]) + 4 * freq * step
+    moe = [i for i in range(n) if i >= first and i % freq == 0 and i not in only and (i + 1) % step == 0]
+    if not moe:
+        value = _short(sorted(only)) if key == "mlp_only_layers" else data[key]
+        raise ConfigError(key, f"{value} leaves no MoE layer of num_hidden_layers={n} in the Hugging Face config")
+    for k in range(1, moe[0] + 2):  # vtrain's first MoE layer is f + k - 1
+        f = moe[0] - k + 1
+        if [i for i in range(n) if i >= f and (i - f + 1) % k == 0] == moe:
+            return {**(dict(first_dense_layers=f) if f else {}), **(dict(moe_layer_freq=k) if k > 1 else {})}
+    raise ConfigError(key, f"MoE layers {_short(moe)} of {n} do not follow vtrain's placement (first_dense_layers dense, "
+                      "then every moe_layer_freq-th layer); give a vtrain config with those two fields instead")
 
 
 def from_canonical(data: dict, source: str) -> dict:

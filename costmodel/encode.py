@@ -66,6 +66,9 @@ class SimInput(NamedTuple):
     shared: Any
     dense_layers: Any
     ep: Any
+    moe_freq: Any  # every moe_freq-th layer after the dense ones is MoE
+    capacity: Any  # expert capacity factor (0 = dropless)
+    imbalance: Any  # routed tokens of the most loaded EP rank / the balanced share (>= 1)
     # layers held by the first, the heaviest middle, the last and the mean middle pipeline GPU
     # (all layers / pp for even stages; pipeline.stage_layer_counts)
     layers_first: Any
@@ -137,8 +140,9 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
         grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
-        ep=f(r["ep"]), fp8=f(prec == PRECISIONS.index("fp8")),
-        async_tp=f(r["async_tp"]), layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
+        ep=f(r["ep"]), moe_freq=f(r["moe_layer_freq"]), capacity=f(r["capacity_factor"]),
+        imbalance=f(r["moe_imbalance"]), fp8=f(prec == PRECISIONS.index("fp8")), async_tp=f(r["async_tp"]),
+        layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
     )
     d = with_layout(d, f(r["tp"]), f(r["pp"]), f(r["dp"]), f(r["micro_batch"]), f(r["vpp"]))
     stages = stage_layer_counts(r["num_layers"], r["pp"], r["vpp"], r["first_stage_layers"], r["last_stage_layers"])

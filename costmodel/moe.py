@@ -3,7 +3,13 @@
 An MoE layer is a transformer layer whose MLP is replaced by a router, `experts` routed experts
 (each an MLP of width `moe_ffn`) of which every token uses `top_k`, and optionally `shared`
 shared experts (a dense MLP of width shared * moe_ffn that every token uses). The first
-`dense_layers` layers stay dense (DeepSeek-V3's first_k_dense_replace); all later layers are MoE.
+`dense_layers` layers stay dense (DeepSeek-V3's first_k_dense_replace); after them every
+`moe_freq`-th layer is MoE (layers f + k - 1, f + 2k - 1, ...; Qwen's decoder_sparse_step; 1 = all).
+
+Routing load: the most loaded expert-parallel rank receives `imbalance` times the balanced share of
+routed tokens (capped by what one rank can receive and, with a capacity factor, by the capacity);
+it sets the pace of the grouped expert GEMMs, the all-to-alls and the expert activations
+(`routing_load`). Model FLOP (MFU) count balanced routing.
 
 Parallelism (Megatron-Core with expert tensor parallel = tp, its default): experts are sharded over
 `ep` ranks taken from the data-parallel group (EP ranks are tp apart in the rank order), each
@@ -14,8 +20,8 @@ routed tokens over tp, grouped expert GEMMs on b*s*top_k tokens (balanced routin
 over tp, all-to-all combine, unpermutation. Backward repeats both all-to-alls. Expert gradients
 reduce over the expert-data-parallel group (dp / ep ranks), the rest over dp.
 
-Units: FLOP, bytes, seconds. `d` keys used: experts, top_k, moe_ffn, shared, dense_layers, ep
-(0 experts = a dense model: every count below is then 0).
+Units: FLOP, bytes, seconds. `d` keys used: experts, top_k, moe_ffn, shared, dense_layers, ep,
+moe_freq, capacity, imbalance (0 experts = a dense model: every count below is then 0).
 """
 from __future__ import annotations
 
@@ -32,30 +38,53 @@ def is_moe(d: dict, xp):
 def stage_moe_layers(d: dict, xp) -> dict:
     """MoE layers on the first, the most loaded middle (its layers placed last among the middle
     ones, where the MoE layers are) and the last pipeline stage (dense layers come first), the mean
-    middle stage, and in the whole model. Stage layer counts: d.layers_first / _mid / _last."""
+    middle stage, and in the whole model. Stage layer counts: d.layers_first / _mid / _last; each
+    stage's layers are taken as contiguous (as they are with vpp = 1).
+
+    With moe_freq k > 1 a window of n layers past the dense ones holds floor(n/k) or ceil(n/k)
+    MoE layers depending on where it starts; the heaviest middle stage is taken to hold
+    ceil(n/k) (at most the middle stages' total), an upper bound that is exact when k divides n."""
     moe = is_moe(d, xp)
     f = d.dense_layers
+    k = xp.maximum(d.moe_freq, 1.0)
+    every = k <= 1.0
     lf, lm, ll = d.layers_first, d.layers_mid, d.layers_last
 
-    def count(lo, hi):  # MoE layers among layers [lo, hi)
-        return moe * xp.clip(hi - xp.maximum(lo, f), 0.0, hi - lo)
+    def before(x):  # MoE layers among layers [0, x) for k > 1 (layers f + jk - 1, j >= 1)
+        return xp.floor(xp.maximum(x - f, 0.0) / k + 1e-6)
+
+    def count(lo, hi):  # MoE layers among layers [lo, hi) (k = 1: today's clip, bit for bit)
+        return moe * xp.where(every, xp.clip(hi - xp.maximum(lo, f), 0.0, hi - lo), before(hi) - before(lo))
 
     middle_all = count(lf, d.layers - ll)
-    return dict(first=count(0.0, lf), middle=count(d.layers - ll - lm, d.layers - ll),
+    window = count(d.layers - ll - lm, d.layers - ll)
+    bound = xp.minimum(moe * xp.ceil(lm / k - 1e-6), middle_all)
+    return dict(first=count(0.0, lf), middle=xp.where(every, window, xp.maximum(window, bound)),
                 last=count(d.layers - ll, d.layers), middle_avg=middle_all / xp.maximum(d.pp - 2.0, 1.0),
-                total=moe * xp.maximum(d.layers - f, 0.0))
+                total=moe * xp.where(every, xp.maximum(d.layers - f, 0.0), before(d.layers)))
 
 
 def _safe(x, xp):
     return xp.maximum(x, 1.0)
 
 
+def routing_load(d: dict, xp):
+    """Routed tokens of the most loaded expert-parallel rank / the balanced share (>= 1): the
+    config's imbalance, capped by what one rank can receive (each token sends at most
+    min(top_k, local experts) copies to it: ep * min(top_k, experts/ep) / top_k; 1 with ep = 1)
+    and, with a capacity factor, by the capacity (tokens beyond it are dropped, not sent)."""
+    top_k, ep = _safe(d.top_k, xp), _safe(d.ep, xp)
+    most = ep * xp.minimum(top_k, _safe(d.experts, xp) / ep) / top_k
+    load = xp.minimum(d.imbalance, most)
+    return xp.where(d.capacity > 0, xp.minimum(load, d.capacity), load)
+
+
 def routed_tokens(d: dict, xp):
     """Tokens one GPU routes per micro-batch (its sequence-parallel share) and the routed-token
-    copies its local experts process (balanced routing, experts TP-split)."""
+    copies its local experts process (experts TP-split; times the routing load, 1 if balanced)."""
     tokens = d.micro_batch * d.seq
     t_route = tokens / d.tp
-    t_expert = tokens * d.top_k
+    t_expert = tokens * d.top_k * routing_load(d, xp)
     return t_route, t_expert
 
 
@@ -122,10 +151,16 @@ def expert_dp(d: dict):
     return d.dp / d.ep
 
 
-def a2a_bytes(d: dict, xp):
-    """Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer and micro-batch."""
+def _a2a_balanced(d: dict, xp):
     t_route, _ = routed_tokens(d, xp)
     return ACT_BYTES * t_route * d.top_k * d.hidden
+
+
+def a2a_bytes(d: dict, xp):
+    """Bytes the most loaded GPU moves in one all-to-all (dispatch or combine) of one MoE layer and
+    micro-batch: it sends its own tokens' routed copies and receives the routing load times as many
+    (the all-to-all ends when it is done)."""
+    return _a2a_balanced(d, xp) * routing_load(d, xp)
 
 
 def activation_bytes(d: dict, xp, dense_full, dense_mlp):
@@ -140,10 +175,11 @@ def activation_bytes(d: dict, xp, dense_full, dense_mlp):
     router = t_route * d.experts * (2.0 * 4.0 + 1.0)
     expert_in = ACT_BYTES * t_expert * h
     expert_mid = coeff * t_expert * d.moe_ffn / tp
-    combine_in = ACT_BYTES * t_route * d.top_k * h
+    combine_in = ACT_BYTES * t_route * d.top_k * h  # on the tokens' own GPU: not scaled by the load
     return dense_full - dense_mlp + shared + router + expert_in + expert_mid + combine_in
 
 
 def permutation_buffer_bytes(d: dict, xp):
-    """Transient send and receive buffers of one all-to-all (held once, not per micro-batch)."""
-    return 2.0 * a2a_bytes(d, xp)
+    """Transient send and receive buffers of one all-to-all (held once, not per micro-batch); the
+    receive buffer holds the routing load times the balanced share."""
+    return (1.0 + routing_load(d, xp)) * _a2a_balanced(d, xp)

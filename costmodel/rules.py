@@ -197,6 +197,29 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     E.fail(~dense & (first_dense >= layers), "first_dense_layers",
            lambda i: f"{first_dense[i]} leaves no MoE layer of num_layers={layers[i]}; use 0..{layers[i] - 1}")
     moe_ffn = np.where(~dense & (moe_ffn_given == 0), ffn, moe_ffn_given)
+    # MoE layer placement, token dropping and routing imbalance (defaults: every layer, dropless, balanced)
+    freq = f["moe_layer_freq"]
+    capacity = np.asarray(f["capacity_factor"], dtype=np.float64)
+    imbalance = np.asarray(f["moe_imbalance"], dtype=np.float64)
+    E.fail(freq < 1, "moe_layer_freq", lambda i: f"{freq[i]} must be >= 1 (1 = every layer after first_dense_layers "
+                                                 "is MoE)")
+    E.fail(dense & (freq != 1), "moe_layer_freq",
+           lambda i: f"{freq[i]} needs a mixture-of-experts model; set num_experts (> 0) or drop moe_layer_freq")
+    E.fail(~dense & (first_dense + freq - 1 >= layers), "moe_layer_freq",
+           lambda i: f"{freq[i]} with first_dense_layers={first_dense[i]} leaves no MoE layer of "
+                     f"num_layers={layers[i]}; use moe_layer_freq <= {max(int(layers[i] - first_dense[i]), 1)}")
+    E.fail(capacity < 0, "capacity_factor", lambda i: f"{capacity[i]:g} must be >= 1 (or 0: dropless, the default)")
+    E.fail((capacity > 0) & (capacity < 1), "capacity_factor",
+           lambda i: f"{capacity[i]:g} drops tokens even under balanced routing, which is not modelled; use "
+                     "capacity_factor >= 1 or 0 (dropless)")
+    E.fail(dense & (capacity != 0), "capacity_factor",
+           lambda i: f"{capacity[i]:g} needs a mixture-of-experts model; set num_experts (> 0) or drop capacity_factor")
+    E.fail(imbalance < 1, "moe_imbalance",
+           lambda i: f"{imbalance[i]:g} must be >= 1 (the most loaded expert-parallel rank's routed tokens / the "
+                     "balanced share; 1 = balanced)")
+    E.fail(imbalance > 1e3, "moe_imbalance", lambda i: f"{imbalance[i]:g} is implausibly large; use 1 .. 1000")
+    E.fail(dense & (imbalance != 1), "moe_imbalance",
+           lambda i: f"{imbalance[i]:g} needs a mixture-of-experts model; set num_experts (> 0) or drop moe_imbalance")
 
     # --- cluster ---
     gidx = f["gpu"]
@@ -348,7 +371,8 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
 
     resolved = dict(
         num_experts=experts, experts_per_token=top_k, moe_ffn_hidden_size=moe_ffn, shared_experts=shared,
-        first_dense_layers=first_dense, ep=ep,
+        first_dense_layers=first_dense, ep=ep, moe_layer_freq=freq, capacity_factor=capacity,
+        moe_imbalance=imbalance,
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_len=seq, num_kv_heads=kv,
         ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,
         tp=tp, pp=pp, dp=dp, num_gpus=num_gpus, micro_batch=mb, global_batch=global_batch,

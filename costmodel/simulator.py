@@ -186,7 +186,8 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     ep_per_node = xp.clip(d.gpus_per_node / tp, 1.0, d.ep)
     a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp)
     ep_per_layer = moe_mask * 2.0 * a2a * (2.0 + full_recompute)
-    routed_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.top_k * d.hidden
+    # (on the experts' side: the routing load times the balanced routed tokens)
+    routed_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.top_k * d.hidden * moe.routing_load(d, xp)
     moe_tp = collective_time("all_gather", routed_size, tp, tp_per_node, net, correction, xp) + \
         collective_time("reduce_scatter", routed_size, tp, tp_per_node, net, correction, xp)
     # the shared experts keep the layer's own TP communication

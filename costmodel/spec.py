@@ -47,6 +47,12 @@ class ModelSpec:
     moe_ffn_hidden_size: int = 0
     shared_experts: int = 0
     first_dense_layers: int = 0
+    # after the first_dense_layers, every moe_layer_freq-th layer is MoE (the k-th, 2k-th, ...;
+    # Qwen's decoder_sparse_step); capacity_factor 0 = dropless; moe_imbalance: routed tokens of the
+    # most loaded expert-parallel rank / the balanced share (1 = balanced; docs/moe.md)
+    moe_layer_freq: int = 1
+    capacity_factor: float = 0.0
+    moe_imbalance: float = 1.0
 
     def __post_init__(self):
         if self.num_kv_heads == 0:
@@ -58,7 +64,15 @@ class ModelSpec:
 
     @property
     def num_moe_layers(self) -> int:
-        return max(self.num_layers - self.first_dense_layers, 0) if self.num_experts else 0
+        if not self.num_experts:
+            return 0
+        return max(self.num_layers - self.first_dense_layers, 0) // max(self.moe_layer_freq, 1)
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i (0-based) is an MoE layer: i >= first_dense_layers and (i - first_dense_layers + 1)
+        a multiple of moe_layer_freq."""
+        f, k = self.first_dense_layers, max(self.moe_layer_freq, 1)
+        return bool(self.num_experts) and i >= f and (i - f + 1) % k == 0
 
     def _expert_parameters(self) -> int:
         h, f = self.hidden_size, self.moe_ffn_hidden_size

@@ -105,6 +105,10 @@ def valid_values(draw, moe: bool | None = None):
                       sequence_parallel=tp > 1)
         if draw(st.booleans()):
             values["moe_ffn_hidden_size"] = draw(st.integers(1, 4)) * hidden // 4
+        if draw(st.booleans()):  # MoE layer placement, capacity and routing imbalance (docs/moe.md)
+            values.update(moe_layer_freq=draw(st.integers(1, layers - values["first_dense_layers"])),
+                          moe_imbalance=draw(st.sampled_from([1.0, 1.5, 4.0, 100.0])),
+                          capacity_factor=draw(st.sampled_from([0.0, 1.0, 1.25, 8.0])))
     return values
 
 
