@@ -250,3 +250,28 @@ def test_search_cli_reproduce_line_carries_the_routing_fields(cli):
     assert out.returncode == 0, out.stderr
     line = " ".join(out.stdout.split("reproduce #1", 1)[1].split())  # (the console wraps it)
     assert "--moe-layer-freq 2" in line and "--moe-imbalance 2" in line and "--capacity-factor" not in line
+
+
+def test_sensitivity_reports_ep_from_an_exact_step():
+    from vtrain.strategy.search import SearchSpace, search, sensitivity
+
+    cfg = build_config(dict(lookup_model("mixtral-8x7b"), gpu="h100-sxm", global_batch=128))
+    res = search(cfg, SearchSpace(num_gpus=32, pp=(2,), micro_batch=(1,), recompute=("full",), zero_stages=(2,),
+                                  schedules=("1f1b",), tp=(1,)), ANALYTICAL, top=10)
+    by_ep = {r["ep"]: r for r in res.top}
+    assert {4, 8} <= set(by_ep)
+
+    def time_of(row, ep):
+        return ANALYTICAL.predict(build_config(dict(row["config"], ep=ep))).iteration_time_s
+
+    # ep=4: the step to 8; ep=8: 16 does not divide 8 experts, so the step from 4
+    for ep, ratio in ((4, time_of(by_ep[4], 8) / time_of(by_ep[4], 4)),
+                      (8, time_of(by_ep[8], 8) / time_of(by_ep[8], 4))):
+        knobs = {r["knob"]: r for r in sensitivity(ANALYTICAL, cfg, by_ep[ep])}
+        assert knobs["ep"]["value"] == ep
+        assert knobs["ep"]["time_elasticity"] == pytest.approx(np.log2(ratio), rel=1e-9, abs=1e-12)
+        assert knobs["ep"]["time_change_if_doubled_pct"] == pytest.approx(100 * (ratio - 1), rel=1e-9, abs=1e-12)
+        assert knobs["ep"]["cost_elasticity"] == knobs["ep"]["time_elasticity"]
+    dense = build_config(dict(lookup_model("llama2-7b"), gpu="h100-sxm", global_batch=64))
+    row = search(dense, SearchSpace(num_gpus=8, pp=(1,), tp=(1,)), ANALYTICAL, top=1).top[0]
+    assert "ep" not in {r["knob"] for r in sensitivity(ANALYTICAL, dense, row)}
