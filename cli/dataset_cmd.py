@@ -40,7 +40,7 @@ def import_cmd(
     from vtrain.dataset.detect import import_sources
     from vtrain.dataset.schema import TABLES
 
-    store.check_output_dir(output)
+    store.check_output_dir(output, "--output")
     results = import_sources(sources)
     kept: Counter = Counter()
     written = {}
@@ -100,7 +100,7 @@ def profile_cmd(
     from vtrain.dataset import store
     from vtrain.dataset.profiler import TINY_COLLECTIVE_BYTES, COLLECTIVE_BYTES, layer_shapes, profile
 
-    store.check_output_dir(output)
+    store.check_output_dir(output, "--output")
     tiny = model is None
     layer = layer_shapes(model, _ints(tokens, "--tokens"), _ints(tp, "--tp"), tiny=tiny)
     kernels, collectives = profile(layer, device=device, dtype=dtype, repeats=repeats, warmup=warmup,

@@ -14,9 +14,11 @@ import typer
 from vtrain.cli.app import app
 from vtrain.cli.options import CheckpointOpt, price_flag
 from vtrain.costmodel.atomic import atomic_write
-from vtrain.costmodel.errors import UserError
+from vtrain.costmodel.errors import ParameterError, UserError
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+# forecast_file's parameter names -> what this command calls them (the others are --parameter-name)
+FORECAST_FLAGS = {"input_path": "JOBS", "output_path": "--output", "require_tokens": "--plot"}
 
 
 @app.command()
@@ -43,9 +45,12 @@ def forecast(
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot: '{plot}' must end in {', '.join(PLOT_FORMATS)}")
     price_flag("--price-per-gpu-hour", price_per_gpu_hour)
-    report = forecast_file(jobs, output, checkpoint=checkpoint, devices=devices, chunk_rows=chunk_rows,
-                           default_price=price_per_gpu_hour, progress=progress and sys.stderr.isatty(),
-                           need_tokens="--plot" if plot is not None else None)
+    try:
+        report = forecast_file(jobs, output, checkpoint=checkpoint, devices=devices, chunk_rows=chunk_rows,
+                               default_price=price_per_gpu_hour, progress=progress and sys.stderr.isatty(),
+                               require_tokens=plot is not None)
+    except ParameterError as err:  # the library names its parameters; here they are the argument and flags
+        raise UserError(err.flag_message(FORECAST_FLAGS)) from None
     rate = report.rows / report.seconds * 60 if report.seconds > 0 else 0.0
     print(f"{report.rows:,} jobs ({report.valid:,} valid, {report.rows - report.valid:,} with an error) in "
           f"{report.seconds:.1f} s ({rate:,.0f} rows/min, {report.devices} device(s)) -> {output}", file=sys.stderr)

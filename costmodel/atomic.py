@@ -17,25 +17,26 @@ from vtrain.costmodel.errors import file_error, user_file
 
 @contextmanager
 def atomic_path(path: str | os.PathLike, what: str = "output", create_folder: bool = True,
-                suffix: str | None = None) -> Iterator[str]:
+                suffix: str | None = None, parameter: bool = False) -> Iterator[str]:
     """Yield a temporary path next to `path` (by default with `path`'s suffix, so writers that
     infer the format from it work; `suffix` overrides it); on a normal exit move it over `path`, on
     an exception (including Ctrl-C and SIGTERM) remove it. An unwritable place is a one-line
     UserError naming `what` and `path` (errors.user_file); errors raised by the caller's own code
     inside the block pass through unchanged. With `create_folder=False` a missing folder is a
-    UserError instead of being created."""
+    UserError instead of being created. parameter=True: `what` is the caller's parameter name and the
+    errors are ParameterErrors (errors.file_error)."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not create_folder and not folder.is_dir():  # the user_file wording: "cannot write 'p' (No such file ...)"
         missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder))
-        raise file_error(missing, path, what, "write")
-    with user_file(path, what, "write"):
+        raise file_error(missing, path, what, "write", parameter)
+    with user_file(path, what, "write", parameter):
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=suffix or path.suffix or ".tmp")
         os.close(fd)
     try:
         yield tmp
-        with user_file(path, what, "write"):
+        with user_file(path, what, "write", parameter):
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions

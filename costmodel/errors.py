@@ -26,29 +26,34 @@ class UserError(ValueError):
         super().__init__(one_line(message))
 
 
-def file_error(err: BaseException, path=None, what: str = "file", action: str = "read") -> UserError:
-    """A one-line UserError for an OSError / UnicodeDecodeError on `path`."""
+def file_error(err: BaseException, path=None, what: str = "file", action: str = "read",
+               parameter: bool = False) -> UserError:
+    """A one-line UserError for an OSError / UnicodeDecodeError on `path`, starting with `what`.
+    With parameter=True `what` is a library function's parameter name and the error a
+    ParameterError (the CLI names its own flag or argument instead)."""
     path = path if path is not None else getattr(err, "filename", None) or "?"
     if isinstance(err, UnicodeDecodeError):
-        return UserError(f"{what}: '{path}' is not UTF-8 text (byte {err.start}); give a text file "
-                         "(re-save it as UTF-8)")
-    reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
-    if action == "write":
-        fix = "choose a writable folder (the parent must be an existing or creatable directory)"
+        detail = f"'{path}' is not UTF-8 text (byte {err.start}); give a text file (re-save it as UTF-8)"
     else:
-        fix = "check the path and that the file is readable"
-    return UserError(f"{what}: cannot {action} '{path}' ({reason}); {fix}")
+        reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
+        if action == "write":
+            fix = "choose a writable folder (the parent must be an existing or creatable directory)"
+        else:
+            fix = "check the path and that the file is readable"
+        detail = f"cannot {action} '{path}' ({reason}); {fix}"
+    return ParameterError(what, detail) if parameter else UserError(f"{what}: {detail}")
 
 
 @contextmanager
-def user_file(path: str | os.PathLike, what: str = "file", action: str = "read"):
-    """Context manager: OSError / UnicodeDecodeError inside becomes a one-line UserError."""
+def user_file(path: str | os.PathLike, what: str = "file", action: str = "read", parameter: bool = False):
+    """Context manager: OSError / UnicodeDecodeError inside becomes a one-line UserError
+    (a ParameterError naming the parameter `what` with parameter=True; see file_error)."""
     try:
         yield
     except UserError:
         raise
     except (OSError, UnicodeDecodeError) as err:
-        raise file_error(err, path, what, action) from None
+        raise file_error(err, path, what, action, parameter) from None
 
 
 class ParameterError(UserError):
@@ -59,6 +64,9 @@ class ParameterError(UserError):
         self.parameter, self.message = parameter, message
         super().__init__(f"{parameter}: {message}")
 
-    def flag_message(self) -> str:
-        """The message with the parameter spelt as its command-line flag."""
-        return f"--{self.parameter.replace('_', '-')}: {self.message}"
+    def flag_message(self, flags: dict[str, str] | None = None) -> str:
+        """The message with the parameter spelt as its command-line flag: `flags[parameter]` where
+        the command calls it differently (e.g. {"output_path": "--output", "input_path": "JOBS"}),
+        else --parameter-name."""
+        flag = (flags or {}).get(self.parameter) or f"--{self.parameter.replace('_', '-')}"
+        return f"{flag}: {self.message}"

@@ -45,8 +45,9 @@ def empty(table: str) -> pd.DataFrame:
     return SCHEMAS[table].empty_table().to_pandas()
 
 
-def check_output_dir(dataset_dir: str | Path, flag: str = "--output") -> None:
-    """Refuse (UserError) a dataset folder that cannot be created or written, before any work."""
+def check_output_dir(dataset_dir: str | Path, flag: str = "dataset_dir") -> None:
+    """Refuse (UserError starting with `flag`: the caller's name for the folder, e.g. the CLI's
+    --output) a dataset folder that cannot be created or written, before any work."""
     path = Path(dataset_dir)
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -98,7 +99,7 @@ def write_part(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> int:
     if len(df) == 0:
         return 0
     folder = Path(dataset_dir) / table
-    with user_file(folder, "--output", "write"):
+    with user_file(folder, "dataset_dir", "write"):
         folder.mkdir(parents=True, exist_ok=True)
     arrow = to_arrow(df, table)
     stamp = time.strftime("%Y%m%dT%H%M%S")

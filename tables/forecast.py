@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vtrain.costmodel.encode import SimInput
-from vtrain.costmodel.errors import UserError, one_line, user_file
+from vtrain.costmodel.errors import ParameterError, UserError, one_line, user_file
 from vtrain.costmodel.hardware import lookup_gpu
 from vtrain.costmodel.atomic import atomic_path
 from vtrain.costmodel.cost import training_cost
@@ -94,9 +94,9 @@ class ShardedEvaluator:
             try:
                 count = int(devices)
             except ValueError:
-                raise UserError(f"--devices: '{devices}' must be 'all', 'numpy' or a device count") from None
+                raise ParameterError("devices", f"'{devices}' must be 'all', 'numpy' or a device count") from None
             if not 1 <= count <= len(local):
-                raise UserError(f"--devices: {count} is out of range; this process has {len(local)} JAX devices")
+                raise ParameterError("devices", f"{count} is out of range; this process has {len(local)} JAX devices")
             chosen = local[:count]
         self.jax = jax
         self.predictor = predictor
@@ -320,10 +320,11 @@ def _gpu_labels(column, n: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- files
 
-def file_format(path: Path, flag: str) -> str:
+def file_format(path: Path, parameter: str) -> str:
+    """'csv' or 'parquet' from the file name; else a ParameterError naming `parameter`."""
     fmt = FORMATS.get(Path(path).suffix.lower())
     if fmt is None:
-        raise UserError(f"{flag}: '{path}' must end in .csv or .parquet; rename it or convert it")
+        raise ParameterError(parameter, f"'{path}' must end in .csv or .parquet; rename it or convert it")
     return fmt
 
 
@@ -358,7 +359,7 @@ def _check_unique(path: Path, names) -> None:
     seen = set()
     for name in names:
         if name in seen:
-            raise UserError(f"JOBS: column '{name}' appears more than once in '{path}'; keep one of them")
+            raise ParameterError("input_path", f"column '{name}' appears more than once in '{path}'; keep one of them")
         seen.add(name)
 
 
@@ -366,9 +367,9 @@ def iter_input(path: Path, chunk_rows: int):
     """(total rows, schema names, iterator of record batches of at most ~chunk_rows rows)."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"JOBS: file '{path}' not found; give a .csv or .parquet table of jobs")
-    fmt = file_format(path, "JOBS")
-    with user_file(path, "JOBS"):
+        raise ParameterError("input_path", f"file '{path}' not found; give a .csv or .parquet table of jobs")
+    fmt = file_format(path, "input_path")
+    with user_file(path, "input_path", parameter=True):
         total, names, batches = _iter_input(path, fmt, chunk_rows)
     return total, names, CheckedBatches(path, batches)
 
@@ -394,7 +395,7 @@ class CheckedBatches:
             raise
         except (OSError, UnicodeDecodeError, pa.ArrowException) as err:
             reason = " ".join(str(err).split()) or type(err).__name__
-            raise UserError(f"JOBS: '{self.path}' could not be read past row {self.rows} ({reason}); the file is "
+            raise ParameterError("input_path", f"'{self.path}' could not be read past row {self.rows} ({reason}); the file is "
                             "damaged or was changed while being read: re-export it") from None
         self.rows += batch.num_rows
         return batch
@@ -407,7 +408,7 @@ def _iter_input(path: Path, fmt: str, chunk_rows: int):
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as err:
-            raise UserError(f"JOBS: '{path}' is not a readable parquet file ({err})") from None
+            raise ParameterError("input_path", f"'{path}' is not a readable parquet file ({err})") from None
         _check_unique(path, pf.schema_arrow.names)
         return pf.metadata.num_rows, pf.schema_arrow.names, pf.iter_batches(batch_size=chunk_rows)
     import pyarrow.csv as pcsv
@@ -417,12 +418,12 @@ def _iter_input(path: Path, fmt: str, chunk_rows: int):
         with open(path, "rb") as fh:
             header = fh.readline()
         if not header.strip():
-            raise UserError(f"JOBS: '{path}' is empty; give a CSV whose first line names the columns "
+            raise ParameterError("input_path", f"'{path}' is empty; give a CSV whose first line names the columns "
                             "(canonical fields or 'model'), one job per following line")
         _check_unique(path, pcsv.read_csv(pa.py_buffer(header)).schema.names if header.strip() else [])
         names, types, rows = _csv_types(path, block)
     except pa.ArrowInvalid as err:
-        raise UserError(f"JOBS: '{path}' is not a readable CSV file ({err})") from None
+        raise ParameterError("input_path", f"'{path}' is not a readable CSV file ({err})") from None
     convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True)
     reader = pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=block), convert_options=convert)
     return rows, names, reader
@@ -437,7 +438,7 @@ class _TableWriter:
         self.writer = None
 
     def write(self, table: pa.Table) -> None:
-        with user_file(self.path, "--output", "write"):
+        with user_file(self.path, "output_path", "write", parameter=True):
             if self.writer is None:
                 if self.fmt == "parquet":
                     import pyarrow.parquet as pq
@@ -448,7 +449,7 @@ class _TableWriter:
             self.writer.write_table(table)
 
     def close(self) -> None:
-        with user_file(self.path, "--output", "write"):
+        with user_file(self.path, "output_path", "write", parameter=True):
             if self.writer is not None:
                 self.writer.close()
                 self.writer = None
@@ -463,22 +464,24 @@ class _TableWriter:
 def forecast_file(input_path, output_path, checkpoint: str | None = "default", devices=None,
                   chunk_rows: int = DEFAULT_CHUNK_ROWS, default_price: float | None = None,
                   progress: bool = False, predictor: Predictor | None = None, top_n: int = 50,
-                  need_tokens: str | None = None) -> ForecastReport:
-    """Forecast every job in a CSV/parquet table into a CSV/parquet output (written atomically)."""
+                  require_tokens: bool = False) -> ForecastReport:
+    """Forecast every job in a CSV/parquet table into a CSV/parquet output (written atomically).
+    require_tokens: refuse a table without a tokens column (costs are needed). Bad parameters and
+    unreadable files are ParameterErrors naming the parameter (input_path, output_path, devices, ...)."""
     t0 = time.perf_counter()
     input_path, output_path = Path(input_path), Path(output_path)
-    out_fmt = file_format(output_path, "--output")
+    out_fmt = file_format(output_path, "output_path")
     if chunk_rows <= 0:
-        raise UserError(f"--chunk-rows: {chunk_rows} must be positive")
+        raise ParameterError("chunk_rows", f"{chunk_rows} must be positive")
     total, names, batches = iter_input(input_path, chunk_rows)
     check_columns(names, extra_allowed=(TOKENS_COLUMN, PRICE_COLUMN, TEAM_COLUMN))
-    if need_tokens and TOKENS_COLUMN not in names:
-        raise UserError(f"{need_tokens}: needs a '{TOKENS_COLUMN}' column (tokens to train per job) to compute cost; "
-                        "add one, e.g. 300e9")
+    if require_tokens and TOKENS_COLUMN not in names:
+        raise ParameterError("require_tokens", f"needs a '{TOKENS_COLUMN}' column (tokens to train per job) "
+                             "to compute cost; add one, e.g. 300e9")
     predictor = predictor or Predictor.load(checkpoint)
     evaluator = make_evaluator(predictor, devices)
     report = ForecastReport(devices=evaluator.devices, top_n=top_n)
-    with atomic_path(output_path, "--output", create_folder=False, suffix=".tmp") as tmp:
+    with atomic_path(output_path, "output_path", create_folder=False, suffix=".tmp", parameter=True) as tmp:
         writer = _TableWriter(tmp, out_fmt, output_path)
         try:
             with _progress(progress, total) as advance:

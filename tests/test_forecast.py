@@ -292,3 +292,30 @@ def test_sharded_path_on_four_cpu_devices_equals_single_device(tmp_path):
     assert res["n_devices"] == 4 and res["used"] == 4 and res["used_single"] == 1
     assert res["sharded_equals_single"] and res["errors_equal"]
     assert res["max_rel_vs_numpy"] < 1e-12 and res["valid"] > 50
+
+
+@pytest.mark.parametrize("call, parameter, flag", [
+    (lambda src, tmp: dict(input_path=tmp / "missing.csv"), "input_path", "JOBS"),
+    (lambda src, tmp: dict(output_path=tmp / "out.txt"), "output_path", "--output"),
+    (lambda src, tmp: dict(output_path=tmp / "no-such-folder" / "out.csv"), "output_path", "--output"),
+    (lambda src, tmp: dict(chunk_rows=0), "chunk_rows", "--chunk-rows"),
+    (lambda src, tmp: dict(devices="many"), "devices", "--devices"),
+    (lambda src, tmp: dict(require_tokens=True), "require_tokens", "--plot"),
+])
+def test_library_errors_name_parameters_and_the_cli_its_flags(tmp_path, capsys, call, parameter, flag):
+    """forecast_file names its own parameters (a library user never sees a flag); `vtrain forecast`
+    says the same with its argument/flag names. Nothing is written either way."""
+    src = tmp_path / "jobs.csv"
+    pd.DataFrame([dict(model="gpt3-1.3b", tp=1, pp=1, dp=1)]).to_csv(src, index=False)
+    kwargs = dict(input_path=src, output_path=tmp_path / "out.csv", checkpoint="none")
+    kwargs.update(call(src, tmp_path))
+    with pytest.raises(vtrain.UserError) as err:
+        fc.forecast_file(**kwargs)
+    message = str(err.value)
+    assert message.startswith(f"{parameter}: ") and "--" not in message.split(":")[0], message
+    args = ["forecast", str(kwargs["input_path"]), "-o", str(kwargs["output_path"]), "-c", "none"]
+    args += {"chunk_rows": ["--chunk-rows", "0"], "devices": ["--devices", "many"],
+             "require_tokens": ["--plot", str(tmp_path / "cost.png")]}.get(parameter, [])
+    code, _, cli_err = _run(args, capsys)
+    assert code == 2 and cli_err.strip().splitlines()[-1].startswith(f"error: {flag}: "), cli_err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.csv"]
