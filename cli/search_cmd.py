@@ -230,6 +230,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       + (f" --ep {b['ep']}" if moe else "") + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
                       + "".join(f" --{k.replace('_', '-')} {getattr(m, k):g}" for k, default in ROUTING_DEFAULTS.items()
                                 if moe and getattr(m, k) != default)
+                      + (f" --etp {cfg.parallel.etp}" if cfg.parallel.etp else "")
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 
