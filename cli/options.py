@@ -98,6 +98,8 @@ FIELD_OPTIONS = dict(
     cp=typer.Option(None, "--cp", help="Context-parallel degree: each sequence split over cp GPUs (ring attention; "
                     "dp = num_gpus/(tp*pp*cp))."),
     ep=typer.Option(None, "--ep", help="Expert-parallel degree (inside the data-parallel group)."),
+    etp=typer.Option(None, "--etp", help="Expert tensor-parallel degree dividing tp (default tp); with etp < tp the "
+                     "expert-parallel group also spans tp ranks."),
     gpus_per_node=typer.Option(None, "--gpus-per-node", help="GPUs per node (default from the GPU preset)."),
     intra_node_bw_GBps=typer.Option(None, "--intra-node-bw-GBps", help="NVLink GB/s per GPU per direction."),
     inter_node_bw_Gbps=typer.Option(None, "--inter-node-bw-Gbps", help="NIC Gb/s per GPU."),

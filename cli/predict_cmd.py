@@ -152,7 +152,8 @@ def moe_line(cfg) -> str:
     routing += f": the busiest EP rank gets {load:.2f}x the balanced tokens"
     dropping = (f"capacity factor {m.capacity_factor:g} (tokens beyond it dropped, MFU counts them)"
                 if m.capacity_factor else "no token dropping")
-    return f"MoE assumed: {layers}; {routing}; {dropping}; expert TP = tp; all-to-all not overlapped"
+    expert_tp = f"etp={p.etp}" if p.etp else "tp"
+    return f"MoE assumed: {layers}; {routing}; {dropping}; expert TP = {expert_tp}; all-to-all not overlapped"
 
 
 def _json_number(value: float):

@@ -217,7 +217,9 @@ def _print_search(result, sens, space, source: str = "...") -> None:
             st.add_row(s["knob"], str(s["value"]), f"{s['time_elasticity']:+.3f}",
                        f"{s['time_change_if_doubled_pct']:+.1f}%", f"{s['cost_elasticity']:+.3f}")
         st.caption = ("local derivatives of the relaxed model: steps such as TP crossing a node are not seen; "
-                      "'same GPUs' rows trade one degree for another at a fixed GPU count")
+                      "'same GPUs' rows trade one degree for another at a fixed GPU count"
+                      + ("; ep: an exact step to 2 ep (or from ep/2 where 2 ep is not valid)"
+                         if any(s["knob"] == "ep" for s in sens) else ""))
         console.print(st)
     if result.top:
         b = result.top[0]["config"]
@@ -229,6 +231,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       + (" --async-tp" if b.get("async_tp") else "") + f" --precision {c.precision}"
                       + "".join(f" --{k.replace('_', '-')} {getattr(m, k):g}" for k, default in ROUTING_DEFAULTS.items()
                                 if moe and getattr(m, k) != default)
+                      + (f" --etp {cfg.parallel.etp}" if cfg.parallel.etp else "")
                       + "".join(f" --{k.replace('_', '-')} {v:g}" for k, v in gpu_overrides(c).items()))
 
 

@@ -66,6 +66,7 @@ class SimInput(NamedTuple):
     shared: Any
     dense_layers: Any
     ep: Any
+    etp: Any  # expert tensor-parallel degree as configured (0 = tp; moe.expert_tp resolves it)
     moe_freq: Any  # every moe_freq-th layer after the dense ones is MoE
     capacity: Any  # expert capacity factor (0 = dropless)
     imbalance: Any  # routed tokens of the most loaded EP rank / the balanced share (>= 1)
@@ -140,7 +141,7 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         inter_bw=f(r["inter_node_bw_Gbps"]) * 1e9 / 8.0, gpus_per_node=f(r["gpus_per_node"]),
         grad_bytes=_GRAD[prec], experts=f(r["num_experts"]), top_k=f(r["experts_per_token"]),
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
-        ep=f(r["ep"]), moe_freq=f(r["moe_layer_freq"]), capacity=f(r["capacity_factor"]),
+        ep=f(r["ep"]), etp=f(r["etp"]), moe_freq=f(r["moe_layer_freq"]), capacity=f(r["capacity_factor"]),
         imbalance=f(r["moe_imbalance"]), fp8=f(prec == PRECISIONS.index("fp8")), async_tp=f(r["async_tp"]),
         layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
     )

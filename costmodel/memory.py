@@ -130,7 +130,7 @@ def memory_per_gpu(d: dict, in_flight, layer_params, embedding_params, xp, in_fl
         weights, grads, optimizer = _states(params, d, xp)
         weights, grads = weights + fsdp_weights, grads + fsdp_grads
         # routed experts: experts / ep per GPU, ZeRO-sharded over the expert-data-parallel group
-        e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n), d, xp, moe.expert_dp(d))
+        e_weights, e_grads, e_optimizer = _states(moe.expert_parameters_per_gpu(d, n, xp), d, xp, moe.expert_dp(d, xp))
         weights, grads, optimizer = weights + e_weights, grads + e_grads, optimizer + e_optimizer
         has_dense, has_moe = (count - n) > 0, n > 0
         working = xp.maximum(xp.where(has_dense, working_dense, 0.0), xp.where(has_moe, working_moe, 0.0)) + \

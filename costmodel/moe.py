@@ -11,17 +11,20 @@ routed tokens (capped by what one rank can receive and, with a capacity factor, 
 it sets the pace of the grouped expert GEMMs, the all-to-alls and the expert activations
 (`routing_load`). Model FLOP (MFU) count balanced routing.
 
-Parallelism (Megatron-Core with expert tensor parallel = tp, its default): experts are sharded over
-`ep` ranks taken from the data-parallel group (EP ranks are tp apart in the rank order), each
-expert's FFN over the tp ranks. With tp > 1 sequence parallelism is required (as Megatron-Core
-does), so each GPU routes b*s/tp tokens. Per MoE layer and micro-batch, forward: router GEMM,
-softmax + top-k, load-balancing loss, permutation, all-to-all dispatch over ep, all-gather of the
-routed tokens over tp, grouped expert GEMMs on b*s*top_k tokens (balanced routing), reduce-scatter
-over tp, all-to-all combine, unpermutation. Backward repeats both all-to-alls. Expert gradients
-reduce over the expert-data-parallel group (dp / ep ranks), the rest over dp.
+Parallelism (Megatron-Core; expert tensor parallel etp = tp by default): experts are sharded over
+`ep` ranks, each expert's FFN over etp ranks. With etp = tp the EP ranks come from the data-parallel
+group, tp apart in the rank order; with etp < tp (Megatron-Core's parallel folding: expert ranks
+ordered etp, ep, expert-dp over the tp*dp GPUs of a stage) they are etp apart and may include tp
+ranks, each GPU then processes etp/tp of the routed copies its tp group would at width moe_ffn/etp.
+With tp > 1 sequence parallelism is required (as Megatron-Core does), so each GPU routes b*s/tp
+tokens. Per MoE layer and micro-batch, forward: router GEMM, softmax + top-k, load-balancing loss,
+permutation, all-to-all dispatch over ep, all-gather of the routed tokens over etp, grouped expert
+GEMMs on b*s*top_k*etp/tp tokens (balanced routing), reduce-scatter over etp, all-to-all combine,
+unpermutation. Backward repeats both all-to-alls. Expert gradients reduce over the
+expert-data-parallel group (dp * tp / etp / ep ranks), the rest over dp.
 
 Units: FLOP, bytes, seconds. `d` keys used: experts, top_k, moe_ffn, shared, dense_layers, ep,
-moe_freq, capacity, imbalance (0 experts = a dense model: every count below is then 0).
+moe_freq, capacity, imbalance (0 experts = a dense model: every count below is then 0), etp (0 = tp).
 """
 from __future__ import annotations
 
@@ -68,6 +71,11 @@ def _safe(x, xp):
     return xp.maximum(x, 1.0)
 
 
+def expert_tp(d: dict, xp):
+    """Ranks each expert's FFN is split over: the config's etp, or tp where it is 0."""
+    return xp.where(d.etp > 0, d.etp, d.tp)
+
+
 def routing_load(d: dict, xp):
     """Routed tokens of the most loaded expert-parallel rank / the balanced share (>= 1): the
     config's imbalance, capped by what one rank can receive (each token sends at most
@@ -84,7 +92,8 @@ def routed_tokens(d: dict, xp):
     copies its local experts process (experts TP-split; times the routing load, 1 if balanced)."""
     tokens = d.micro_batch * d.seq
     t_route = tokens / d.tp
-    t_expert = tokens * d.top_k * routing_load(d, xp)
+    # (etp < tp: the experts' etp group gathers etp of the tp ranks' token shares, not all tp)
+    t_expert = tokens * d.top_k * routing_load(d, xp) * (expert_tp(d, xp) / d.tp)
     return t_route, t_expert
 
 
@@ -100,7 +109,7 @@ def moe_layer_forward_ops(d: dict, xp, layer_ops) -> list[dict]:
     local_experts = experts / _safe(d.ep, xp)
     t_route, t_expert = routed_tokens(d, xp)
     per_expert = t_expert / local_experts
-    ffn_tp = d.moe_ffn / d.tp
+    ffn_tp = d.moe_ffn / expert_tp(d, xp)
     base = layer_ops(d._replace(ffn=shared_ffn(d)))
     routed = [
         gemm("router", t_route, experts, h),
@@ -141,14 +150,14 @@ def moe_layer_dense_parameters(d: dict, layer_parameters):
     return no_mlp + d.hidden * d.experts + d.shared * expert_parameters(d)
 
 
-def expert_parameters_per_gpu(d: dict, moe_layers):
-    """Routed-expert parameters one GPU holds for `moe_layers` MoE layers (experts / ep, FFN / tp)."""
-    return moe_layers * (d.experts / d.ep) * expert_parameters(d) / d.tp
+def expert_parameters_per_gpu(d: dict, moe_layers, xp):
+    """Routed-expert parameters one GPU holds for `moe_layers` MoE layers (experts / ep, FFN / etp)."""
+    return moe_layers * (d.experts / d.ep) * expert_parameters(d) / expert_tp(d, xp)
 
 
-def expert_dp(d: dict):
-    """Ranks of the expert-data-parallel group (they hold the same experts)."""
-    return d.dp / d.ep
+def expert_dp(d: dict, xp):
+    """Ranks of the expert-data-parallel group (they hold the same experts): dp * (tp / etp) / ep."""
+    return d.dp * (d.tp / expert_tp(d, xp)) / d.ep
 
 
 def _a2a_balanced(d: dict, xp):
@@ -174,7 +183,7 @@ def activation_bytes(d: dict, xp, dense_full, dense_mlp):
     shared = coeff * s * b * shared_ffn(d) / tp
     router = t_route * d.experts * (2.0 * 4.0 + 1.0)
     expert_in = ACT_BYTES * t_expert * h
-    expert_mid = coeff * t_expert * d.moe_ffn / tp
+    expert_mid = coeff * t_expert * d.moe_ffn / expert_tp(d, xp)
     combine_in = ACT_BYTES * t_route * d.top_k * h  # on the tokens' own GPU: not scaled by the load
     return dense_full - dense_mlp + shared + router + expert_in + expert_mid + combine_in
 

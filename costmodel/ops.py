@@ -246,7 +246,8 @@ def model_flops_per_micro_batch(d: dict, xp) -> object:
     the parameters a token activates (balanced routing)."""
     from vtrain.costmodel import moe
 
-    one = d._replace(tp=d.tp * 0.0 + 1.0, sp=d.sp * 0.0, ep=d.ep * 0.0 + 1.0, imbalance=d.ep * 0.0 + 1.0)
+    one = d._replace(tp=d.tp * 0.0 + 1.0, sp=d.sp * 0.0, ep=d.ep * 0.0 + 1.0, imbalance=d.ep * 0.0 + 1.0,
+                     etp=d.ep * 0.0)
     fwd = sum(op["flops"] for op in layer_forward_ops(one, xp) if op["cls"] in ("gemm", "attention"))
     # MoE layers count their active parameters: router, top-k routed experts, shared experts
     moe_ops = moe.mask_shared(moe.moe_layer_forward_ops(one, xp, lambda dd: layer_forward_ops(dd, xp)), one, xp)

@@ -356,22 +356,33 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
            (f"seq_len/cp={local_seq[i]} is not divisible by tp={tp[i]}; turn sequence_parallel off or pick tp "
             "dividing seq_len/cp"))
 
-    ep = f["ep"]
+    ep, etp = f["ep"], f["etp"]
     E.fail(ep <= 0, "ep", lambda i: f"{ep[i]} must be a positive integer")
+    E.fail(etp < 0, "etp", lambda i: f"{etp[i]} must be a positive integer (or 0 / absent: etp = tp)")
+    E.fail(dense & (etp != 0), "etp", lambda i: f"{etp[i]} needs a mixture-of-experts model; set num_experts or drop etp")
+    E.fail(tp % _safe(etp, E.ok) != 0, "etp",
+           lambda i: f"{etp[i]} does not divide tp={tp[i]} (experts split over a part of the tensor-parallel group); "
+                     f"use etp in {fmt_choices(divisors(tp[i]))}")
+    etp_eff = np.where(etp == 0, tp, etp)
+    folded = tp // _safe(etp_eff, E.ok)  # tp ranks the expert-parallel group takes besides dp (1 when etp = tp)
     E.fail(~dense & (cp > 1), "cp",
            lambda i: f"{cp[i]}: context parallelism with mixture-of-experts is not modelled; use cp=1")
     E.fail(dense & (ep != 1), "ep", lambda i: f"{ep[i]} needs a mixture-of-experts model; set num_experts or ep=1")
     E.fail(experts % _safe(ep, E.ok) != 0, "ep",
            lambda i: f"{ep[i]} does not divide num_experts={experts[i]}; use ep in {fmt_choices(divisors(experts[i]))}")
-    E.fail(dp % _safe(ep, E.ok) != 0, "ep",
+    E.fail((folded == 1) & (dp % _safe(ep, E.ok) != 0), "ep",
            lambda i: f"{ep[i]} does not divide the data-parallel size dp={dp[i]} (experts are sharded inside the dp "
                      f"group); use ep in {fmt_choices([e for e in divisors(dp[i]) if experts[i] % e == 0])}")
+    E.fail((folded > 1) & ((dp * folded) % _safe(ep, E.ok) != 0), "ep",
+           lambda i: f"{ep[i]} does not divide dp*tp/etp={dp[i]}*{tp[i]}/{etp_eff[i]}={dp[i] * folded[i]} (the "
+                     f"expert-parallel group); use ep in "
+                     f"{fmt_choices([e for e in divisors(dp[i] * folded[i]) if experts[i] % e == 0])}")
     E.fail(~dense & (tp > 1) & ~sp, "sequence_parallel",
            lambda i: "mixture-of-experts with tp > 1 needs sequence_parallel=true (as Megatron-Core)")
 
     resolved = dict(
         num_experts=experts, experts_per_token=top_k, moe_ffn_hidden_size=moe_ffn, shared_experts=shared,
-        first_dense_layers=first_dense, ep=ep, moe_layer_freq=freq, capacity_factor=capacity,
+        first_dense_layers=first_dense, ep=ep, etp=etp, moe_layer_freq=freq, capacity_factor=capacity,
         moe_imbalance=imbalance,
         num_layers=layers, hidden_size=hidden, num_attention_heads=heads, seq_len=seq, num_kv_heads=kv,
         ffn_hidden_size=ffn, vocab_size=f["vocab_size"], arch=arch, attention=attention,

@@ -183,13 +183,17 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # --- expert-parallel all-to-all (dispatch + combine, forward and backward, again with full
     # recompute) and the all-gather / reduce-scatter of the routed tokens over the tp ranks ---
     moe_mask = moe.is_moe(d, xp)
-    ep_per_node = xp.clip(d.gpus_per_node / tp, 1.0, d.ep)
+    etp = moe.expert_tp(d, xp)  # (= tp unless the config sets etp)
+    ep_per_node = xp.clip(d.gpus_per_node / etp, 1.0, d.ep)  # EP ranks are etp apart
     a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp)
     ep_per_layer = moe_mask * 2.0 * a2a * (2.0 + full_recompute)
-    # (on the experts' side: the routing load times the balanced routed tokens)
-    routed_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.top_k * d.hidden * moe.routing_load(d, xp)
-    moe_tp = collective_time("all_gather", routed_size, tp, tp_per_node, net, correction, xp) + \
-        collective_time("reduce_scatter", routed_size, tp, tp_per_node, net, correction, xp)
+    # (on the experts' side: the routing load times the balanced routed tokens, gathered over the etp
+    # ranks that split each expert)
+    routed_size = opgraph.ACT_BYTES * d.micro_batch * d.seq * d.top_k * d.hidden * moe.routing_load(d, xp) * \
+        (etp / tp)
+    etp_per_node = xp.minimum(etp, d.gpus_per_node)
+    moe_tp = collective_time("all_gather", routed_size, etp, etp_per_node, net, correction, xp) + \
+        collective_time("reduce_scatter", routed_size, etp, etp_per_node, net, correction, xp)
     # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
@@ -283,9 +287,9 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # Expert gradients (of the stage holding the most MoE layers) reduce over the expert-data-
     # parallel group: dp / ep ranks, ep * tp apart in the rank order.
     moe_most = xp.maximum(n_moe["first"], xp.maximum(xp.where(pp > 2, n_moe["middle"], 0.0), n_moe["last"]))
-    expert_params = moe.expert_parameters_per_gpu(d, moe_most)
-    edp = moe.expert_dp(d)
-    edp_per_node = xp.clip(d.gpus_per_node / (tp * d.ep), 1.0, edp)
+    expert_params = moe.expert_parameters_per_gpu(d, moe_most, xp)
+    edp = moe.expert_dp(d, xp)
+    edp_per_node = xp.clip(d.gpus_per_node / (etp * d.ep), 1.0, edp)
     expert_grad = d.grad_bytes * expert_params
     expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
     expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \

@@ -139,6 +139,9 @@ class ParallelSpec:
     # reduce-scatters run chunk by chunk under the GEMMs they feed; needs sequence_parallel
     async_tp: bool = False
     ep: int = 1
+    # expert tensor parallel: each expert's FFN split over etp ranks (0 = tp, Megatron-Core's default);
+    # etp < tp lets the expert-parallel group take tp ranks too (Megatron-Core's parallel folding)
+    etp: int = 0
     # Context parallelism: each sequence split over cp ranks (ring attention); dp = num_gpus/(tp*pp*cp)
     cp: int = 1
     # Uneven pipeline stages (Megatron's --decoder-first/last-pipeline-num-layers): layers of the

@@ -1,5 +1,6 @@
 """Gradient guidance (`guided_search`, `sensitivity`): derivatives of the combined predictor with
-respect to relaxed, continuous log2-degrees (tp, pp, dp, micro_batch, vpp).
+respect to relaxed, continuous log2-degrees (tp, pp, dp, micro_batch, vpp); for MoE models the
+sensitivity of ep from an exact step (ep is discrete).
 """
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import numpy as np
 
 from vtrain.costmodel.encode import SimInput, with_layout
 from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES
-from vtrain.costmodel.spec import TrainConfig
+from vtrain.costmodel.spec import ConfigError, TrainConfig, build_config
 from vtrain.strategy.evaluation import _GRADIENT_COMPILER_OPTIONS, _compiled, _pad_array, evaluate
-from vtrain.strategy.grid import STRATEGY_FIELDS, SearchSpace, candidates, check_run_parameters, encode_strategies
+from vtrain.strategy.grid import (STRATEGY_FIELDS, SearchSpace, candidates, check_run_parameters, encode_strategies,
+                                  strategy_values)
 from vtrain.strategy.ranking import SearchResult, _finish, _rank, objective_key, ranking_times
 
 KNOBS = ("tp", "pp", "dp", "micro_batch", "vpp")
@@ -88,6 +90,10 @@ def sensitivity(predictor, cfg: TrainConfig, row: dict) -> list[dict]:
         cost_e = e[i] + (1.0 if knob in ("tp", "pp", "dp") else 0.0)
         out.append(dict(knob=knob, value=row[knob], time_elasticity=float(e[i]), cost_elasticity=float(cost_e),
                         time_change_if_doubled_pct=100.0 * (2.0 ** e[i] - 1.0)))
+    ep_e = _ep_elasticity(predictor, cfg, strategies) if cfg.model.num_experts else None
+    if ep_e is not None:  # (ep does not change the GPU count: cost follows time)
+        out.append(dict(knob="ep", value=row["ep"], time_elasticity=ep_e, cost_elasticity=ep_e,
+                        time_change_if_doubled_pct=100.0 * (2.0 ** ep_e - 1.0)))
     for a, b in (("tp", "dp"), ("pp", "dp"), ("tp", "pp")):
         ia, ib = KNOBS.index(a), KNOBS.index(b)
         el = e[ia] - e[ib]
@@ -95,6 +101,27 @@ def sensitivity(predictor, cfg: TrainConfig, row: dict) -> list[dict]:
                         cost_elasticity=float(el), time_change_if_doubled_pct=100.0 * (2.0 ** el - 1.0)))
     out.sort(key=lambda r: -abs(r["time_elasticity"]))
     return out
+
+
+def _ep_elasticity(predictor, cfg: TrainConfig, strategies: dict) -> float | None:
+    """ln time change per ln ep from an exact step of the expert-parallel degree (ep is discrete and
+    outside the relaxed model): to 2 ep, or from ep / 2 where 2 ep breaks a rule; None when neither
+    is a valid strategy."""
+    ep = int(strategies["ep"][0])
+
+    def time_at(value):
+        try:
+            config = build_config(strategy_values(cfg, dict(strategies, ep=np.array([value])), 0))
+        except ConfigError:
+            return None
+        return predictor.predict(config).iteration_time_s
+
+    here = time_at(ep)
+    doubled = time_at(2 * ep)
+    if here and doubled:
+        return math.log2(doubled / here)
+    halved = time_at(ep // 2) if ep % 2 == 0 else None
+    return math.log2(here / halved) if here and halved else None
 
 
 def guided_search(cfg: TrainConfig, space: SearchSpace, predictor, objective: str = "time", top: int = 10,

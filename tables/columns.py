@@ -52,10 +52,16 @@ def _to_arrow(values):
         return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     if isinstance(values, np.ndarray) and values.dtype != object:
         return pa.array(values, from_pandas=True)
+    values = list(values)
     try:
-        return pa.array(list(values), from_pandas=True)
+        arr = pa.array(values, from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints beyond int64: as text
+        arr = None
+    # text mixed with bytes becomes a binary column, whose cells would all read as "b'...'": as text
+    if arr is None or ((pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type))
+                       and any(isinstance(v, str) for v in values)):
         return pa.array([None if _is_null(v) else str(v) for v in values], type=pa.string())
+    return arr
 
 
 def as_text_if_nested(arr):

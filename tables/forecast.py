@@ -540,7 +540,12 @@ def _frame_to_table(df) -> pa.Table:
         col = df[name]
         try:
             arr = pa.array(col, from_pandas=True)
+            # text mixed with bytes becomes a binary column whose text cells would read "b'...'"
+            mixed = (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)) and \
+                any(isinstance(v, str) for v in col)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, ints beyond int64
+            mixed = True
+        if mixed:
             arr = pa.array([None if (v is None or (isinstance(v, float) and math.isnan(v))) else str(v)
                             for v in col], type=pa.string())
         arrays.append(arr)

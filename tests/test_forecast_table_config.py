@@ -142,3 +142,18 @@ def test_check_columns_names_the_column():
         check_columns(["num_layers", "num_attention_heads"])
     check_columns(["model", "team", "job_id"])  # presets supply the model fields; other columns pass through
     check_columns(list(ALL_FIELDS) + ["tokens", "price_per_gpu_hour"])
+
+
+def test_text_cells_beside_bytes_cells_keep_their_text():
+    """pyarrow makes a column of str and bytes binary: the str cells must still read as text."""
+    import pandas as pd
+
+    import vtrain
+    from vtrain.tables.columns import encode_table
+
+    base = dict(num_layers=[2, 2], hidden_size=[64, 64], num_attention_heads=[1, 1])
+    bad = "recompute: 'b'\\xff'' is unknown; use one of none, selective, full, selective-op"
+    _, errors = encode_table(dict(base, recompute=["none", b"\xff"]))
+    assert list(errors) == [None, bad]
+    out = vtrain.forecast(pd.DataFrame(dict(base, recompute=["none", b"\xff"])), checkpoint="none")
+    assert out["error"].isna().tolist() == [True, False] and out["error"][1] == bad

@@ -250,3 +250,80 @@ def test_search_cli_reproduce_line_carries_the_routing_fields(cli):
     assert out.returncode == 0, out.stderr
     line = " ".join(out.stdout.split("reproduce #1", 1)[1].split())  # (the console wraps it)
     assert "--moe-layer-freq 2" in line and "--moe-imbalance 2" in line and "--capacity-factor" not in line
+
+
+def test_sensitivity_reports_ep_from_an_exact_step():
+    from vtrain.strategy.search import SearchSpace, search, sensitivity
+
+    cfg = build_config(dict(lookup_model("mixtral-8x7b"), gpu="h100-sxm", global_batch=128))
+    res = search(cfg, SearchSpace(num_gpus=32, pp=(2,), micro_batch=(1,), recompute=("full",), zero_stages=(2,),
+                                  schedules=("1f1b",), tp=(1,)), ANALYTICAL, top=10)
+    by_ep = {r["ep"]: r for r in res.top}
+    assert {4, 8} <= set(by_ep)
+
+    def time_of(row, ep):
+        return ANALYTICAL.predict(build_config(dict(row["config"], ep=ep))).iteration_time_s
+
+    # ep=4: the step to 8; ep=8: 16 does not divide 8 experts, so the step from 4
+    for ep, ratio in ((4, time_of(by_ep[4], 8) / time_of(by_ep[4], 4)),
+                      (8, time_of(by_ep[8], 8) / time_of(by_ep[8], 4))):
+        knobs = {r["knob"]: r for r in sensitivity(ANALYTICAL, cfg, by_ep[ep])}
+        assert knobs["ep"]["value"] == ep
+        assert knobs["ep"]["time_elasticity"] == pytest.approx(np.log2(ratio), rel=1e-9, abs=1e-12)
+        assert knobs["ep"]["time_change_if_doubled_pct"] == pytest.approx(100 * (ratio - 1), rel=1e-9, abs=1e-12)
+        assert knobs["ep"]["cost_elasticity"] == knobs["ep"]["time_elasticity"]
+    dense = build_config(dict(lookup_model("llama2-7b"), gpu="h100-sxm", global_batch=64))
+    row = search(dense, SearchSpace(num_gpus=8, pp=(1,), tp=(1,)), ANALYTICAL, top=1).top[0]
+    assert "ep" not in {r["knob"] for r in sensitivity(ANALYTICAL, dense, row)}
+
+
+# ----------------------------------------------------------------------------- expert tensor parallelism
+
+ETP = dict(BASE, num_gpus=16, tp=2, ep=8)  # dp = 8
+
+
+def test_etp_equal_to_tp_is_the_default_and_etp_below_tp_folds_tp_ranks_into_ep():
+    default = predict(**ETP)
+    assert default.config.parallel.etp == 0
+    assert predict(**ETP, etp=2).iteration_time_s == default.iteration_time_s
+    folded = predict(**ETP, etp=1)
+    # each expert whole on one GPU: twice the expert weights, the same useful FLOP, no routed-token
+    # all-gather / reduce-scatter over tp
+    assert folded.model_flops == default.model_flops
+    assert folded.memory_breakdown_gib["weights"] > default.memory_breakdown_gib["weights"]
+    assert folded.breakdown["tp_comm"] < default.breakdown["tp_comm"]
+    assert folded.breakdown["compute"] == pytest.approx(default.breakdown["compute"], rel=0.05)
+    # EP ranks are etp apart: with etp=1 the 8 EP ranks are one 8-GPU node, with etp=2 they span two
+    assert folded.breakdown["ep_comm"] < default.breakdown["ep_comm"] / 3.0
+    # ep may now take tp ranks: ep=16 of dp*tp/etp = 16 GPUs (16 experts)
+    wide = dict(ETP, num_experts=16, ep=16)
+    assert predict(**wide, etp=1).config.parallel.ep == 16
+    with pytest.raises(ConfigError, match="ep: 16 does not divide the data-parallel size dp=8"):
+        build_config(wide)
+
+
+@pytest.mark.parametrize("fields, text", [
+    (dict(etp=3), "etp: 3 does not divide tp=2"),
+    (dict(etp=-1), "etp: -1 must be a positive integer"),
+    (dict(etp=1, ep=32, num_experts=32), "ep: 32 does not divide dp*tp/etp=8*2/1=16"),
+    (dict(num_experts=0, experts_per_token=0, ep=1, etp=1), "etp: 1 needs a mixture-of-experts model"),
+])
+def test_invalid_etp_is_a_one_line_error(fields, text):
+    values = {**ETP, **fields}
+    with pytest.raises(ConfigError) as err:
+        build_config(values)
+    assert str(err.value).startswith(text) and "\n" not in str(err.value)
+    _, errors = encode_table({k: [v] for k, v in values.items()})
+    assert errors[0] == str(err.value)
+
+
+def test_search_keeps_a_fixed_etp_and_its_rows_predict_the_same():
+    from vtrain.strategy.search import SearchSpace, search
+
+    cfg = build_config(dict(lookup_model("mixtral-8x7b"), gpu="h100-sxm", global_batch=64, etp=1))
+    res = search(cfg, SearchSpace(num_gpus=16, pp=(2,), tp=(2,), recompute=("full",)), ANALYTICAL, top=8)
+    assert len(res.top) == 8 and {r["tp"] for r in res.top} == {2}  # etp=1 below tp=2
+    for r in res.top:
+        config = build_config(r["config"])
+        assert config.parallel.etp == 1
+        assert r["iteration_time_s"] == pytest.approx(ANALYTICAL.predict(config).iteration_time_s, rel=1e-12)

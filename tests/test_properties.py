@@ -109,6 +109,8 @@ def valid_values(draw, moe: bool | None = None):
             values.update(moe_layer_freq=draw(st.integers(1, layers - values["first_dense_layers"])),
                           moe_imbalance=draw(st.sampled_from([1.0, 1.5, 4.0, 100.0])),
                           capacity_factor=draw(st.sampled_from([0.0, 1.0, 1.25, 8.0])))
+        if tp > 1 and draw(st.booleans()):  # expert tensor parallel below tp (ep still divides dp)
+            values["etp"] = draw(st.sampled_from(_divisors(tp)))
     return values
 
 
@@ -155,6 +157,8 @@ def _not_float(v) -> bool:
     return not math.isfinite(x) or x < 0
 
 
+CHOICES = dict(gpu=GPUS, arch=("gpt", "llama"), schedule=("1f1b", "interleaved", "gpipe"),
+               recompute=("none", "selective", "full", "selective-op"))
 definitely_invalid = st.one_of(
     st.tuples(st.sampled_from(INT_FIELDS), junk.filter(_not_integer)),
     st.tuples(st.sampled_from(FLOAT_FIELDS), junk.filter(_not_float)),
@@ -163,7 +167,9 @@ definitely_invalid = st.one_of(
                                                          lambda s: s.strip().lower() not in (
                                                              "1", "true", "yes", "on", "1.0", "0", "false", "no",
                                                              "off", "0.0", "")))),
-    st.tuples(st.sampled_from(["gpu", "arch", "schedule", "recompute"]), junk),
+    # (junk that is a valid choice once lower-cased, e.g. "None" for recompute, is not invalid)
+    st.tuples(st.sampled_from(["gpu", "arch", "schedule", "recompute"]), junk).filter(
+        lambda fv: str(fv[1]).strip().lower() not in CHOICES[fv[0]]),
 )
 
 
