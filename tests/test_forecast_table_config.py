@@ -152,7 +152,9 @@ def test_text_cells_beside_bytes_cells_keep_their_text():
     from vtrain.tables.columns import encode_table
 
     base = dict(num_layers=[2, 2], hidden_size=[64, 64], num_attention_heads=[1, 1])
-    bad = "recompute: 'b'\\xff'' is unknown; use one of none, selective, full, selective-op"
+    from vtrain.costmodel.rules import RECOMPUTE_MODES
+
+    bad = f"recompute: 'b'\\xff'' is unknown; use one of {', '.join(RECOMPUTE_MODES)}"
     _, errors = encode_table(dict(base, recompute=["none", b"\xff"]))
     assert list(errors) == [None, bad]
     out = vtrain.forecast(pd.DataFrame(dict(base, recompute=["none", b"\xff"])), checkpoint="none")
