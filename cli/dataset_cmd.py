@@ -10,7 +10,11 @@ from pathlib import Path
 import typer
 
 from vtrain.cli.app import app
+from vtrain.cli.options import parameters_as_flags
 from vtrain.costmodel.errors import UserError
+
+# The store's parameter names -> this command's flags.
+STORE_FLAGS = {"dataset_dir": "--output"}
 
 dataset_app = typer.Typer(help="Import measurements into a dataset folder and summarize it.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
@@ -49,7 +53,8 @@ def import_cmd(
         if not frames:
             continue
         fresh = store.new_rows(output, table, pd.concat(frames, ignore_index=True))
-        written[table] = store.write_part(output, table, fresh)
+        with parameters_as_flags(STORE_FLAGS):
+            written[table] = store.write_part(output, table, fresh)
         kept.update(fresh["source"].tolist())
     report = Table(title=f"import into {output}")
     for col in ("file", "format", "rows kept", "duplicates", "rejected", "top reasons"):
@@ -105,8 +110,9 @@ def profile_cmd(
     layer = layer_shapes(model, _ints(tokens, "--tokens"), _ints(tp, "--tp"), tiny=tiny)
     kernels, collectives = profile(layer, device=device, dtype=dtype, repeats=repeats, warmup=warmup,
                                    collective_bytes=TINY_COLLECTIVE_BYTES if tiny else COLLECTIVE_BYTES)
-    n_k = store.append(output, "kernels", kernels)
-    n_c = store.append(output, "collectives", collectives)
+    with parameters_as_flags(STORE_FLAGS):
+        n_k = store.append(output, "kernels", kernels)
+        n_c = store.append(output, "collectives", collectives)
     gpu = kernels["gpu"].iloc[0] if len(kernels) else device
     typer.echo(f"profiled {len(kernels)} kernel and {len(collectives)} collective timings on {gpu}; "
                f"wrote kernels +{n_k}, collectives +{n_c} to {output}")

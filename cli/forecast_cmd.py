@@ -12,9 +12,9 @@ from typing import Optional
 import typer
 
 from vtrain.cli.app import app
-from vtrain.cli.options import CheckpointOpt, price_flag
+from vtrain.cli.options import CheckpointOpt, parameters_as_flags, price_flag
 from vtrain.costmodel.atomic import atomic_write
-from vtrain.costmodel.errors import ParameterError, UserError
+from vtrain.costmodel.errors import UserError
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 # forecast_file's parameter names -> what this command calls them (the others are --parameter-name)
@@ -45,12 +45,10 @@ def forecast(
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot: '{plot}' must end in {', '.join(PLOT_FORMATS)}")
     price_flag("--price-per-gpu-hour", price_per_gpu_hour)
-    try:
+    with parameters_as_flags(FORECAST_FLAGS):
         report = forecast_file(jobs, output, checkpoint=checkpoint, devices=devices, chunk_rows=chunk_rows,
                                default_price=price_per_gpu_hour, progress=progress and sys.stderr.isatty(),
                                require_tokens=plot is not None)
-    except ParameterError as err:  # the library names its parameters; here they are the argument and flags
-        raise UserError(err.flag_message(FORECAST_FLAGS)) from None
     rate = report.rows / report.seconds * 60 if report.seconds > 0 else 0.0
     print(f"{report.rows:,} jobs ({report.valid:,} valid, {report.rows - report.valid:,} with an error) in "
           f"{report.seconds:.1f} s ({rate:,.0f} rows/min, {report.devices} device(s)) -> {output}", file=sys.stderr)

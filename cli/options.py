@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Optional
 
 import typer
@@ -28,6 +29,19 @@ def config_overrides(**flags) -> dict:
                 and value <= 0:
             raise UserError(f"--{name.replace('_', '-')}: {value} must be a positive number")
     return {k: v for k, v in flags.items() if v is not None}
+
+
+@contextmanager
+def parameters_as_flags(flags: dict[str, str] | None = None):
+    """Inside the block, a library ParameterError (which names a function parameter) becomes a
+    UserError naming the command's flag or argument instead: `flags[parameter]` where the command
+    spells it differently (e.g. {"output_path": "--output"}), else --parameter-name."""
+    from vtrain.costmodel.errors import ParameterError, UserError
+
+    try:
+        yield
+    except ParameterError as err:
+        raise UserError(err.flag_message(flags)) from None
 
 
 def positive_flag(flag: str, value: float | None, example: str = "") -> None:

@@ -11,8 +11,8 @@ import typer
 
 from vtrain.cli.app import app
 from vtrain.costmodel.atomic import atomic_write
-from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_overrides, positive_flag, price_flag,
-                                with_field_options)
+from vtrain.cli.options import (CheckpointOpt, GpuOpt, ModelOpt, config_overrides, parameters_as_flags,
+                                positive_flag, price_flag, with_field_options)
 
 # Canonical parallel fields that restrict the search space when given as flags.
 RESTRICT_FIELDS = ("tp", "pp", "dp", "micro_batch", "vpp", "ep", "recompute", "zero_stage", "schedule", "sequence_parallel")
@@ -57,7 +57,7 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
                         max_gpus, min_gpus, max_tp, max_pp, max_dp, max_micro_batch, max_vpp, max_ep=None):
     """(base TrainConfig, SearchSpace) from the command's flags (layer: file < preset < flags)."""
     from vtrain.costmodel.config_files import layer_fields
-    from vtrain.costmodel.errors import ParameterError, UserError
+    from vtrain.costmodel.errors import UserError
     from vtrain.strategy.search import SearchSpace
     from vtrain.costmodel.spec import RECOMPUTE_MODES, SCHEDULES, build_config
 
@@ -101,10 +101,8 @@ def build_search_inputs(config: Optional[Path], model: Optional[str], gpu: Optio
         space["sequence_parallel"] = (bool(restrict["sequence_parallel"]),)
     if "vpp" in restrict and restrict["vpp"] > 1 and "schedules" not in space:
         space["schedules"] = ("interleaved",)
-    try:
+    with parameters_as_flags():
         return cfg, SearchSpace(**space)
-    except ParameterError as err:  # the library names its parameters; here they are flags
-        raise UserError(err.flag_message()) from None
 
 
 def _row_strategy(r: dict) -> str:
@@ -291,7 +289,7 @@ def search(
 ):
     """Find the fastest or cheapest strategy (tp, pp, dp, ep for MoE, micro-batch, schedule/vpp, recompute, SP, ZeRO)
     that fits in memory; every valid strategy is evaluated in one batched, jitted call."""
-    from vtrain.costmodel.errors import ParameterError, UserError
+    from vtrain.costmodel.errors import UserError
 
     if as_json and as_csv:
         raise UserError("search: give --json or --csv, not both")
@@ -308,11 +306,9 @@ def search(
 
     engine.enable_compilation_cache()
     run = engine.guided_search if guided else engine.search
-    try:
+    with parameters_as_flags():
         result = run(cfg, space, predictor, objective=objective, top=top, price_per_gpu_hour=price_per_gpu_hour,
                      tokens=tokens)
-    except ParameterError as err:  # the library names its parameters; here they are flags
-        raise UserError(err.flag_message()) from None
     sens = engine.sensitivity(predictor, cfg, result.top[0]) if show_sensitivity and result.top else []
     if plot is not None:
         plot_pareto(result, plot)
@@ -364,7 +360,7 @@ def plan(
 ):
     """Compute-optimal planning: the largest model (and its token count, tokens-per-param x parameters)
     that trains within --days on --num-gpus GPUs, using predicted throughput rather than peak FLOP/s."""
-    from vtrain.costmodel.errors import ParameterError, UserError
+    from vtrain.costmodel.errors import UserError
 
     if num_gpus is None or days is None:
         raise UserError("plan: give --num-gpus N and --days D (e.g. vtrain plan --gpu h100 --num-gpus 1024 --days 30)")
@@ -377,12 +373,10 @@ def plan(
 
     predictor = Predictor.load(checkpoint)
     engine.enable_compilation_cache()
-    try:
+    with parameters_as_flags():
         res = make_plan(gpu, num_gpus, days, predictor, tokens_per_param=tokens_per_param, arch=arch,
                         seq_len=seq_len, vocab_size=vocab_size, global_batch=global_batch, precision=precision,
                         price_per_gpu_hour=price_per_gpu_hour, max_tp=max_tp)
-    except ParameterError as err:  # the library names its parameters; here they are flags
-        raise UserError(err.flag_message()) from None
     if as_json:
         sys.stdout.write(json.dumps(dict(gpu=res.gpu, num_gpus=res.num_gpus, days=res.days,
                                          tokens_per_param=res.tokens_per_param,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from vtrain.costmodel.ops import OP_CLASSES  # noqa: F401 (re-exported: one network per op class)
+from vtrain.costmodel.rules import Recompute
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -141,7 +142,8 @@ def _recompute_level(code, xp):
     """The recompute feature: none 0, selective 1, full 2; torchtitan's selective-op (code 3) and
     selective-layer (code 4, half the layers fully recomputed) are presented as selective, their nearest
     trained setting (the feature's meaning is unchanged)."""
-    return xp.where((code == 3) | (code == 4), 1.0, code * 1.0)
+    selective_like = (code == Recompute.SELECTIVE_OP) | (code == Recompute.SELECTIVE_LAYER)
+    return xp.where(selective_like, 1.0, code * 1.0)
 
 
 def run_features(d: dict, xp):

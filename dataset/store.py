@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vtrain.costmodel.atomic import atomic_write
+from vtrain.costmodel.atomic import atomic_path
 from vtrain.costmodel.errors import UserError, user_file
 from vtrain.dataset.schema import SCHEMAS, TABLES, columns, key_columns
 
@@ -95,15 +95,18 @@ def new_rows(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> pd.DataFr
 
 
 def write_part(dataset_dir: str | Path, table: str, df: pd.DataFrame) -> int:
-    """Write `df` as one new part file, atomically; no dedupe. Returns rows written."""
+    """Write `df` as one new part file, atomically; no dedupe. Returns rows written. An unwritable
+    folder is a ParameterError naming `dataset_dir` (the CLI names its own flag)."""
     if len(df) == 0:
         return 0
     folder = Path(dataset_dir) / table
-    with user_file(folder, "dataset_dir", "write"):
+    with user_file(folder, "dataset_dir", "write", parameter=True):
         folder.mkdir(parents=True, exist_ok=True)
     arrow = to_arrow(df, table)
-    stamp = time.strftime("%Y%m%dT%H%M%S")
-    atomic_write(folder / f"part-{stamp}-{uuid.uuid4().hex[:8]}.parquet", lambda tmp: pq.write_table(arrow, tmp))
+    part = folder / f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
+    with atomic_path(part, "dataset_dir", parameter=True) as tmp, \
+            user_file(part, "dataset_dir", "write", parameter=True):
+        pq.write_table(arrow, tmp)
     return len(df)
 
 

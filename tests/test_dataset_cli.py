@@ -62,3 +62,17 @@ def test_profile_cli_tiny_cpu(tmp_path):
     assert len(kernels) == 16 and set(kernels["gpu"]) == {"cpu"} and (kernels["time_s"] > 0).all()
     bad = runner.invoke(app, ["profile", "--device", "tpu", "-o", str(out)])
     assert bad.exit_code != 0 and "use cpu or gpu" in str(bad.exception)
+
+
+def test_import_into_an_unwritable_table_folder_names_the_output_flag(tmp_path):
+    """The store names its parameter (dataset_dir); the command names its flag (--output)."""
+    src, out = _sources(tmp_path), tmp_path / "ds"
+    out.mkdir()
+    (out / "runs").write_text("not a folder")
+    proc = subprocess.run([sys.executable, "-c", "from vtrain.cli.app import main; main()", "dataset", "import",
+                           str(src), "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: --output: cannot write"), \
+        proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (out / "runs").read_text() == "not a folder"

@@ -96,3 +96,12 @@ def test_data_root_prefers_env(monkeypatch, tmp_path):
     monkeypatch.delenv("VTRAIN_DATA")
     root = paths.data_root()
     assert root is None or root.name == "data"
+
+
+def test_write_part_into_an_unwritable_folder_is_a_parameter_error(tmp_path):
+    from vtrain.costmodel.errors import ParameterError
+
+    (tmp_path / "runs").write_text("not a folder")
+    with pytest.raises(ParameterError) as err:
+        store.write_part(tmp_path, "runs", _runs([(1, 0.5)]))
+    assert err.value.parameter == "dataset_dir" and "cannot write" in str(err.value)
