@@ -165,15 +165,21 @@ def _outside_line(predictor, cfg) -> str:
     """One line naming the inputs outside the checkpoint's training runs ('' when none or analytical)."""
     import numpy as np
 
-    from vtrain.costmodel.correction import out_of_domain
+    from vtrain.costmodel.correction import out_of_domain, trust_weight
     from vtrain.costmodel.encode import encode
 
-    items = (out_of_domain(predictor.correction, encode([cfg]), np) or [[]])[0]
+    d = encode([cfg])
+    items = (out_of_domain(predictor.correction, d, np) or [[]])[0]
     if not items:
         return ""
-    parts = ", ".join(f"{name}={v:g} (trained {lo:g}-{hi:g})" for name, v, lo, hi in items)
-    return (f"outside the training data: {parts}; the learned global term is held at the edge of its "
-            "training range, so treat this answer as an extrapolation (--checkpoint none: analytical)")
+    weight = float(np.asarray(trust_weight(predictor.correction, d, np)).reshape(-1)[0])
+    def num(v: float) -> str:  # counts plainly, speeds (FLOP/s, bytes/s) in 3 digits
+        return f"{v:g}" if abs(v) < 1e7 else f"{v:.3g}"
+
+    parts = ", ".join(f"{name}={num(v)} (trained {num(lo)}-{num(hi)})" for name, v, lo, hi in items)
+    return (f"outside the training data: {parts}; the learned correction is applied at {weight:.0%} weight "
+            "and the analytical model carries the rest (dp beyond the runs enters through the modelled "
+            "collectives only), so treat this answer as an extrapolation (--checkpoint none: analytical)")
 
 
 def _print_table(cfg, result, cost, price):

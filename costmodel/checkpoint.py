@@ -17,7 +17,7 @@ from vtrain.costmodel.correction import parameter_shapes, trainable_count
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.intervals import check_calibration
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the global term does not read dp; the trust weight's feature range
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_NAME = "default"
 # The analytical predictor's prediction-interval calibration (`vtrain calibrate DATASET -c none`)

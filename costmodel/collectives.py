@@ -31,7 +31,11 @@ def collective_time(op_name: str, size_bytes, group, ranks_per_node, net: dict, 
     """Time of one collective of `size_bytes` over `group` ranks (0 when group == 1)."""
     group = group * 1.0
     bw, alpha, crosses = link(group, ranks_per_node, net, xp)
-    bw_eff, latency_mult = collective_adjustment(correction, op_name, size_bytes, group, crosses, bw,
+    # The learned efficiency sees a group across nodes by its ranks per node (the NICs it drives), not by
+    # its node count: how the time grows with more nodes is the alpha-beta model's, so more data
+    # parallelism never looks faster, however far beyond the measured group sizes.
+    seen_group = xp.where(crosses > 0, xp.minimum(ranks_per_node * 1.0, group), group)
+    bw_eff, latency_mult = collective_adjustment(correction, op_name, size_bytes, seen_group, crosses, bw,
                                                  BASE_BW_EFFICIENCY, xp)
     eff_bw = bw * bw_eff
     alpha = alpha * latency_mult

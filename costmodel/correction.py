@@ -19,6 +19,11 @@ a training iteration (contention, fused or differently configured kernels); it l
 iteration times, kept near the micro-benchmarks by a penalty (training/fit.py). `simulate` uses
 both; a kernel or collective on its own is predicted with `standalone(correction)`.
 
+Outside the training runs the correction fades to the analytical model: `with_trust` attaches a
+per-config weight in [0, 1] (from the stored feature range of the runs) that scales every network's
+raw output, so a config far from the data gets the simulator's answer, and scale enters through the
+modelled collectives and pipeline only.
+
 Parameters are nested dicts of arrays in flax's layout ({"Dense_0": {"kernel", "bias"}, ...}),
 so the same weights run here without importing JAX.
 """
@@ -75,7 +80,8 @@ N_OP_FEATURES = 9
 
 
 def collective_features(op_index: int, size_bytes, group, crosses_node, link_bw, xp):
-    """Features of a collective: log2 size and group, tier, link bandwidth, op one-hot."""
+    """Features of a collective: log2 size and group, tier, link bandwidth, op one-hot. (For a group
+    across nodes `group` is its ranks per node: see collectives.collective_time.)"""
     one = xp.ones_like(size_bytes * 1.0)
     cols = [(_log2(size_bytes, xp) - 20.0) / 8.0, _log2(group, xp) / 4.0, crosses_node * one,
             (xp.log2(link_bw) - 35.0) / 4.0]
@@ -104,7 +110,8 @@ def standalone(correction: dict | None) -> dict | None:
 
 def _raw_outputs(correction: dict, path: tuple, features, xp):
     """Sum of the raw outputs of the network at `path` (e.g. ("ops", "gemm")) and of its in-situ
-    counterpart, where each exists; None when neither does."""
+    counterpart, where each exists, times the config's trust weight (see `with_trust`); None when
+    neither network exists."""
     total = None
     for root in (correction, correction.get("in_situ", {})):
         node = root
@@ -113,6 +120,8 @@ def _raw_outputs(correction: dict, path: tuple, features, xp):
         if node is not None:
             raw = mlp_apply(node, features, xp)
             total = raw if total is None else total + raw
+    if total is not None and TRUST_KEY in correction:
+        total = total * correction[TRUST_KEY][..., None]
     return total
 
 
@@ -162,11 +171,17 @@ N_RUN_FEATURES = 10
 RUN_FEATURE_UNITS = (("tp", "log2", 0), ("pp", "log2", 0), ("dp", "log2", 0), ("micro_batch", "log2", 0),
                      ("micro-batches", "log2", 0), ("hidden", "log2", 12), ("seq", "log2", 11),
                      ("layers/stage", "log2", 0), ("recompute", "linear", 8), ("sequence_parallel", "linear", 4))
+# The global term reads every run feature but dp: data parallelism changes an iteration only through
+# its gradient collectives, which the collective model carries. (A global factor that read dp inflated
+# GPT-3 175B on 3,072-12,288 A100s by 23-40 %, at dp 48-192, beyond the runs' dp <= 64.)
+GLOBAL_INPUTS = tuple(i for i, (name, _, _) in enumerate(RUN_FEATURE_UNITS) if name != "dp")
+N_GLOBAL_INPUTS = len(GLOBAL_INPUTS)
 OVERHEAD_INIT_BIAS = -8.0
 
 
 def global_adjustment(correction: dict | None, d: dict, xp):
-    """(multiplicative time factor, framework overhead per micro-batch in seconds)."""
+    """(multiplicative time factor, framework overhead per micro-batch in seconds); both fade to
+    (1, 0) with the config's trust weight (see `with_trust`)."""
     if correction is None or "global" not in correction:
         return 1.0, 0.0
     features = run_features(d, xp)
@@ -174,15 +189,58 @@ def global_adjustment(correction: dict | None, d: dict, xp):
     if seen is not None:
         # Clamp to the range the network was trained on: no extrapolation beyond the training runs.
         features = xp.clip(features, seen["min"], seen["max"])
-    raw = mlp_apply(correction["global"], features, xp)
+    raw = mlp_apply(correction["global"], features[..., list(GLOBAL_INPUTS)], xp)
+    trust = correction.get(TRUST_KEY, 1.0)
     # Within [0.8, 1.65]: mostly slowdowns; large speed-ups must come from op efficiencies, which
     # the roofline bounds. (A factor down to 0.61 traded a global speed-up for a large per-micro-batch
     # overhead, which fits small models and extrapolates badly to large ones.)
     t = xp.tanh(raw[..., 0])
-    factor = xp.exp(xp.where(t > 0, 0.5 * t, 0.2231 * t))
+    factor = xp.exp(trust * xp.where(t > 0, 0.5 * t, 0.2231 * t))
     # The output bias starts at OVERHEAD_INIT_BIAS, i.e. ~0.3 microseconds: effectively zero.
-    overhead = 1e-3 * xp.exp(xp.clip(raw[..., 1], -20.0, 5.0))
+    overhead = trust * 1e-3 * xp.exp(xp.clip(raw[..., 1], -20.0, 5.0))
     return factor, overhead
+
+
+# --- Trust: how much of the learned correction applies to a config. Inside the range of the training
+# runs all of it; outside, every learned term (op and collective efficiencies, in-situ terms, the
+# global factor and overhead) fades towards the analytical model together, since they were fitted
+# and validated together. The weight is exp(-(u / TRUST_SCALE)**2), u the Euclidean excess of
+# `trust_features` beyond the training runs' range, in doublings. ---
+TRUST_KEY = "trust_weight"  # where `with_trust` puts the per-config weight in a correction (not a parameter)
+TRUST_SCALE = 1.0  # doublings outside the training runs at which the correction keeps exp(-1) = 37 %
+TRUST_FEATURE_NAMES = tuple(name for name, _, _ in RUN_FEATURE_UNITS if name != "dp") + (
+    "peak FLOP/s", "HBM bytes/s", "intra-node bytes/s", "inter-node bytes/s")
+N_TRUST_FEATURES = len(TRUST_FEATURE_NAMES)
+
+
+def trust_features(d, xp):
+    """Per config, in doublings (log2 units; the recompute level counts 0 / 0.5 / 1, SP 0 / 1): the run
+    features but dp (more data parallelism at the same per-GPU work is modelled by the collectives,
+    and fading with dp would let more GPUs look faster), plus the GPU's and network's speeds."""
+    run = run_features(d, xp) * 4.0
+    one = xp.ones_like(d.tp * 1.0)
+    hardware = [xp.log2(d.peak_flops * one), xp.log2(d.hbm_bw * one), xp.log2(d.intra_bw * one),
+                xp.log2(xp.maximum(d.inter_bw * one, 1.0))]
+    return xp.concatenate([run[..., list(GLOBAL_INPUTS)], xp.stack(hardware, axis=-1)], axis=-1)
+
+
+def trust_weight(correction: dict | None, d, xp):
+    """Per config, the weight in [0, 1] of the learned correction (1 inside the training runs' range,
+    or when the correction stores no range)."""
+    seen = (correction or {}).get("feature_range", {}).get("trust")
+    if seen is None:
+        return xp.ones_like(d.tp * 1.0)
+    f = trust_features(d, xp)
+    excess = xp.maximum(xp.asarray(seen["min"]) - f, 0.0) + xp.maximum(f - xp.asarray(seen["max"]), 0.0)
+    return xp.exp(-xp.sum(excess * excess, axis=-1) / TRUST_SCALE ** 2)
+
+
+def with_trust(correction: dict | None, d, xp) -> dict | None:
+    """`correction` with the per-config trust weight of configs `d` attached (see `trust_weight`; a new
+    dict, None stays None)."""
+    if correction is None or "trust" not in correction.get("feature_range", {}):
+        return correction
+    return {**correction, TRUST_KEY: trust_weight(correction, d, xp)}
 
 
 # --- The parameter layout: the one definition init (training/model.py) and checkpoint checks
@@ -196,18 +254,20 @@ def network_shapes() -> dict[str, tuple[int, int]]:
     for prefix in ("", "in_situ/"):
         nets.update({f"{prefix}ops/{cls}": (N_OP_FEATURES, 1) for cls in OP_CLASSES})
         nets[f"{prefix}collectives"] = (N_COLLECTIVE_FEATURES, 2)
-    nets["global"] = (N_RUN_FEATURES, 2)
+    nets["global"] = (N_GLOBAL_INPUTS, 2)
     return nets
 
 
 def parameter_shapes() -> tuple[dict[str, tuple], dict[str, tuple]]:
     """(required, optional) flattened array name -> shape of a correction's parameters. Optional:
-    the global term's training feature range (present once the fit has seen runs)."""
+    the training runs' feature ranges of the global term and of the trust weight (present once the
+    fit has seen runs)."""
     required = {}
     for net, (inputs, outputs) in network_shapes().items():
         required.update({f"{net}/Dense_0/kernel": (inputs, HIDDEN), f"{net}/Dense_0/bias": (HIDDEN,),
                          f"{net}/Dense_1/kernel": (HIDDEN, outputs), f"{net}/Dense_1/bias": (outputs,)})
     optional = {f"feature_range/global/{bound}": (N_RUN_FEATURES,) for bound in ("min", "max")}
+    optional.update({f"feature_range/trust/{bound}": (N_TRUST_FEATURES,) for bound in ("min", "max")})
     return required, optional
 
 
@@ -218,22 +278,32 @@ def trainable_count(flat: dict) -> int:
 
 def out_of_domain(correction: dict | None, d: dict, xp) -> list[list[tuple]]:
     """Per config in `d`: (input name, value, lowest seen, highest seen) for each input of the global
-    term outside the range of the training runs (where it is clamped to that range); [] when the
+    term outside the range of the training runs (where it is clamped to that range), then each GPU or
+    network speed outside it (FLOP/s, bytes/s; these only lower the trust weight); [] when the
     correction stores no range (or there is none)."""
-    seen = (correction or {}).get("feature_range", {}).get("global")
+    ranges = (correction or {}).get("feature_range", {})
+    seen = ranges.get("global")
     if seen is None:
         return []
     feats = xp.asarray(run_features(d, xp)).reshape(-1, N_RUN_FEATURES)
+    hw_seen = ranges.get("trust")
+    n_hw = N_TRUST_FEATURES - N_GLOBAL_INPUTS
+    hw = xp.asarray(trust_features(d, xp)).reshape(-1, N_TRUST_FEATURES)[:, -n_hw:] if hw_seen is not None else None
 
     def value(f, unit, k):
         return float(2.0 ** (4.0 * f + k)) if unit == "log2" else float(f * k)
 
     out = []
-    for row in feats:
+    for r, row in enumerate(feats):
         items = []
         for i, (name, unit, k) in enumerate(RUN_FEATURE_UNITS):
             if row[i] > seen["max"][i] + 1e-9 or row[i] < seen["min"][i] - 1e-9:
                 items.append((name, value(row[i], unit, k), value(seen["min"][i], unit, k),
                               value(seen["max"][i], unit, k)))
+        if hw is not None:
+            lo, hi = hw_seen["min"][-n_hw:], hw_seen["max"][-n_hw:]
+            for j, name in enumerate(TRUST_FEATURE_NAMES[-n_hw:]):
+                if hw[r, j] > hi[j] + 1e-9 or hw[r, j] < lo[j] - 1e-9:
+                    items.append((name, float(2.0 ** hw[r, j]), float(2.0 ** lo[j]), float(2.0 ** hi[j])))
         out.append(items)
     return out

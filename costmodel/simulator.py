@@ -19,7 +19,7 @@ from vtrain.costmodel import moe
 from vtrain.costmodel import ops as opgraph
 from vtrain.costmodel.ops import BASE_EFFICIENCY  # noqa: F401 (re-exported)
 from vtrain.costmodel.collectives import all_to_all_time, collective_time, lut_allreduce_time
-from vtrain.costmodel.correction import global_adjustment, op_efficiency
+from vtrain.costmodel.correction import global_adjustment, op_efficiency, with_trust
 from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches, pipeline_time
@@ -110,6 +110,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     tp, pp, dp, vpp = d.tp, d.pp, d.dp, d.vpp
     m = d.num_micro_batches
 
+    correction = with_trust(correction, d, xp)  # fades the learned terms outside the training runs
     factor, overhead_per_mb = global_adjustment(correction, d, xp)
 
     # --- compute per layer and micro-batch ---

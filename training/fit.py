@@ -16,7 +16,7 @@ import numpy as np
 import optax
 
 from vtrain.costmodel.collectives import collective_time
-from vtrain.costmodel.correction import run_features, standalone
+from vtrain.costmodel.correction import run_features, standalone, trust_features
 from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.measurements import CollectiveSet, KernelSet, take_collectives, take_kernels
@@ -251,9 +251,12 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         best_step = max(b[2] for b in best.values())
     params = {**frozen, **best_params}
     if data.runs is not None and len(data.run_times):
-        # The global term only ever sees features inside the range of the runs it was trained on.
+        # The global term only ever sees features inside the range of the runs it was trained on, and
+        # the whole correction fades outside it (correction.with_trust).
         features = np.asarray(run_features(data.runs, np))
-        params["feature_range"] = {"global": {"min": features.min(axis=0), "max": features.max(axis=0)}}
+        trusted = np.asarray(trust_features(data.runs, np))
+        params["feature_range"] = {"global": {"min": features.min(axis=0), "max": features.max(axis=0)},
+                                   "trust": {"min": trusted.min(axis=0), "max": trusted.max(axis=0)}}
     validation = {}
     if val.runs is not None and len(val.run_times):
         pred = simulate(val.runs, to_numpy(params))["iteration_time_s"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, replace
 
-from vtrain.costmodel.correction import N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
+from vtrain.costmodel.correction import GLOBAL_INPUTS, N_COLLECTIVE_FEATURES, N_OP_FEATURES, N_RUN_FEATURES
 from vtrain.training.data import Dataset, fit_data
 from vtrain.training.fit import MEASUREMENT_NETWORKS, FitData, FitSettings, fit
 from vtrain.training.model import init_correction, param_count, to_numpy
@@ -21,10 +21,10 @@ FEATURES = {
     "ops": ["log2 m", "log2 n", "log2 k", "log2 batch", "log2 FLOP", "log2 bytes", "log2 FLOP/byte",
             "log2 peak FLOP/s", "log2 HBM bytes/s"],
     "collectives": ["log2 bytes", "log2 group", "crosses node", "log2 link bytes/s", "op one-hot x5"],
-    "global": ["log2 tp", "log2 pp", "log2 dp", "log2 micro_batch", "log2 micro-batches", "log2 hidden",
+    "global": ["log2 tp", "log2 pp", "log2 micro_batch", "log2 micro-batches", "log2 hidden",
                "log2 seq", "log2 layers/stage", "recompute", "sequence parallel"],
 }
-assert len(FEATURES["ops"]) == N_OP_FEATURES and len(FEATURES["global"]) == N_RUN_FEATURES
+assert len(FEATURES["ops"]) == N_OP_FEATURES and len(FEATURES["global"]) == len(GLOBAL_INPUTS) < N_RUN_FEATURES
 assert N_COLLECTIVE_FEATURES == 9
 
 
