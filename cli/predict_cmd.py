@@ -89,6 +89,7 @@ def predict(
     result = predictor.predict(cfg)
     cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None
     outside = _outside_line(predictor, cfg)
+    weight = _correction_weight(predictor, cfg)
 
     if as_json:
         out = dict(
@@ -102,7 +103,7 @@ def predict(
             model_flops_per_iteration=result.model_flops, num_parameters=cfg.model.num_parameters,
             active_parameters=cfg.model.active_parameters,
             checkpoint=result.checkpoint, config=cfg.flat(), outside_training_data=outside,
-            assumed=assumed,
+            correction_weight=weight, assumed=assumed,
         )
         if cfg.model.num_experts:
             out.update(num_moe_layers=cfg.model.num_moe_layers, routing_load=routing_load(cfg))
@@ -161,25 +162,38 @@ def _json_number(value: float):
     return value if value == value else None
 
 
+def _correction_weight(predictor, cfg) -> float | None:
+    """The learned correction's trust weight for `cfg` (1 inside the training runs), None when analytical."""
+    import numpy as np
+
+    from vtrain.costmodel.correction import trust_weight
+    from vtrain.costmodel.encode import encode
+
+    if predictor.correction is None:
+        return None
+    return float(np.asarray(trust_weight(predictor.correction, encode([cfg]), np)).reshape(-1)[0])
+
+
 def _outside_line(predictor, cfg) -> str:
     """One line naming the inputs outside the checkpoint's training runs ('' when none or analytical)."""
     import numpy as np
 
-    from vtrain.costmodel.correction import out_of_domain, trust_weight
+    from vtrain.costmodel.correction import out_of_domain
     from vtrain.costmodel.encode import encode
 
-    d = encode([cfg])
-    items = (out_of_domain(predictor.correction, d, np) or [[]])[0]
+    items = (out_of_domain(predictor.correction, encode([cfg]), np) or [[]])[0]
     if not items:
         return ""
-    weight = float(np.asarray(trust_weight(predictor.correction, d, np)).reshape(-1)[0])
+    weight = _correction_weight(predictor, cfg)
     def num(v: float) -> str:  # counts plainly, speeds (FLOP/s, bytes/s) in 3 digits
         return f"{v:g}" if abs(v) < 1e7 else f"{v:.3g}"
 
     parts = ", ".join(f"{name}={num(v)} (trained {num(lo)}-{num(hi)})" for name, v, lo, hi in items)
+    dp_note = (" (dp beyond the runs enters through the modelled collectives only)"
+               if any(name == "dp" for name, *_ in items) else "")
     return (f"outside the training data: {parts}; the learned correction is applied at {weight:.0%} weight "
-            "and the analytical model carries the rest (dp beyond the runs enters through the modelled "
-            "collectives only), so treat this answer as an extrapolation (--checkpoint none: analytical)")
+            f"and the analytical model carries the rest{dp_note}, so treat this answer as an extrapolation "
+            "(--checkpoint none: analytical)")
 
 
 def _print_table(cfg, result, cost, price):

@@ -109,6 +109,13 @@ def test_predict_flags_inputs_outside_the_training_data(cli):
     assert far.returncode == 0, far.stderr
     line = [x for x in far.stdout.splitlines() if x.startswith("outside the training data")]
     assert len(line) == 1 and "hidden=12288" in line[0]
+    weight = json.loads(cli("predict", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "3072", "--tp", "8",
+                            "--pp", "8", "--micro-batch", "1", "--global-batch", "6144", "--recompute", "selective",
+                            "--sequence-parallel", "--json").stdout)["correction_weight"]
+    assert 0 < weight < 1 and f"applied at {weight:.0%} weight" in line[0]
+    h100 = cli("predict", "--model", "gpt3-13b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "2", "--pp", "2",
+               "--global-batch", "16", "--recompute", "full")
+    assert h100.returncode == 0 and "peak FLOP/s=9.89e+14 (trained 3.12e+14-3.12e+14)" in h100.stdout
     none = cli("predict", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "3072", "--tp", "8", "--pp", "8",
                "--micro-batch", "1", "--global-batch", "6144", "--checkpoint", "none")
     assert none.returncode == 0 and "outside the training data" not in none.stdout
