@@ -185,6 +185,7 @@ def _outside_line(predictor, cfg) -> str:
     if not items:
         return ""
     weight = _correction_weight(predictor, cfg)
+
     def num(v: float) -> str:  # counts plainly, speeds (FLOP/s, bytes/s) in 3 digits
         return f"{v:g}" if abs(v) < 1e7 else f"{v:.3g}"
 
