@@ -139,8 +139,15 @@ def _allreduce(size, group, ranks_per_node, net, correction, xp):
     return xp.where(in_node, lut_allreduce_time(size, group, table, xp), modelled)
 
 
-def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
-    """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config."""
+def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None,
+             moe_layers: bool | None = None) -> dict:
+    """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config.
+
+    `moe_layers`: whether any config of `d` may have MoE layers; False skips the MoE layers' ops and
+    collectives (the same results for dense configs: each of those terms is multiplied by their zero
+    MoE layer count or MoE mask). None: decided from `d` in numpy, True under jax (traced values)."""
+    if moe_layers is None:
+        moe_layers = xp is not np or bool(np.any(d.experts > 0))
     hw = dict(peak_flops=d.peak_flops, peak_flops_16=d.peak_flops_16, hbm_bw=d.hbm_bw,
               peak_flops_gemm16=xp.where(d.fp8 > 0, d.peak_flops_16, d.peak_flops))
     net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
@@ -157,10 +164,10 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     emb = emb + opgraph.backward_ops(emb, xp)
     head = opgraph.head_ops(d, xp)
     head = head + opgraph.backward_ops(head, xp)
-    # MoE layers (zero of them for dense models): the same attention, shared experts as the MLP,
-    # and the routed experts (costmodel/moe.py)
+    # MoE layers (zero of them for dense models; skipped without moe_layers): the same attention,
+    # shared experts as the MLP, and the routed experts (costmodel/moe.py)
     n_moe = moe.stage_moe_layers(d, xp)
-    moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp))
+    moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp)) if moe_layers else []
     moe_bwd = moe.mask_shared(opgraph.backward_ops(moe_fwd, xp), d, xp)
     moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp, d)
     # ZeRO-3 / FSDP units (see below): a dense layer, an MoE layer's non-expert part, the root units
@@ -171,8 +178,8 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     dpc = dp * d.cp  # weights are replicated over the cp ranks too: ZeRO shards over dp*cp ranks, tp apart
     # the root unit (embedding on the first stage; output layer on the last; both with pp = 1)
     head_params = xp.where(single, d.llama, 1.0) * embedding_params
-    fsdp_params = dict(dense=layer_params, moe=moe_dense_params,
-                       first=embedding_params + xp.where(single, head_params, 0.0), last=head_params)
+    fsdp_params = dict(dense=layer_params, first=embedding_params + xp.where(single, head_params, 0.0),
+                       last=head_params, **(dict(moe=moe_dense_params) if moe_layers else {}))
     fsdp_ops = {k: fsdp_unit_ops(v, d, dpc, tp) for k, v in fsdp_params.items()}
 
     # every op's kernel time in one evaluation per op class of the correction
@@ -238,7 +245,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     moe_mask = moe.is_moe(d, xp)
     etp = moe.expert_tp(d, xp)  # (= tp unless the config sets etp)
     ep_per_node = xp.clip(d.gpus_per_node / etp, 1.0, d.ep)  # EP ranks are etp apart
-    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp)
+    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp) if moe_layers else 0.0
     ep_per_layer = moe_mask * 2.0 * a2a * (2.0 + full_recompute)
     # (on the experts' side: the routing load times the balanced routed tokens, gathered over the etp
     # ranks that split each expert)
@@ -246,7 +253,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
         (etp / tp)
     etp_per_node = xp.minimum(etp, d.gpus_per_node)
     moe_tp = collective_time("all_gather", routed_size, etp, etp_per_node, net, correction, xp) + \
-        collective_time("reduce_scatter", routed_size, etp, etp_per_node, net, correction, xp)
+        collective_time("reduce_scatter", routed_size, etp, etp_per_node, net, correction, xp) if moe_layers else 0.0
     # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
@@ -280,7 +287,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
 
     dense_unit = fsdp_unit("dense")
     fsdp_dense = fsdp_exposed(dense_unit, t_fwd, t_bwd)
-    fsdp_moe = fsdp_exposed(fsdp_unit("moe"), t_moe_fwd, t_moe_bwd)
+    fsdp_moe = fsdp_exposed(fsdp_unit("moe"), t_moe_fwd, t_moe_bwd) if moe_layers else 0.0
     fsdp_edges = fsdp * (dense_unit[0] + dense_unit[1])
     # the root units (embedding on the first stage; output layer on the last; both with pp = 1):
     # gathered once at the start of the micro-batch's forward, reduce-scattered at the end of its backward
@@ -335,9 +342,12 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     edp = moe.expert_dp(d, xp)
     edp_per_node = xp.clip(d.gpus_per_node / (etp * d.ep), 1.0, edp)
     expert_grad = d.grad_bytes * expert_params
-    expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
-    expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \
-        collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
+    if moe_layers:
+        expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
+        expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \
+            collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
+    else:
+        expert_allreduce = expert_sharded = 0.0
     t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
     overlap_window = xp.where(d.overlap > 0, d.layers_first * t_bwd, 0.0)
