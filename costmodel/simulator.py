@@ -19,7 +19,7 @@ from vtrain.costmodel import moe
 from vtrain.costmodel import ops as opgraph
 from vtrain.costmodel.ops import BASE_EFFICIENCY  # noqa: F401 (re-exported)
 from vtrain.costmodel.collectives import all_to_all_time, collective_time, lut_allreduce_time
-from vtrain.costmodel.correction import global_adjustment, op_efficiency, with_trust
+from vtrain.costmodel.correction import global_adjustment, op_efficiencies, op_efficiency, with_trust
 from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.memory import memory_per_gpu
 from vtrain.costmodel.pipeline import in_flight_micro_batches, pipeline_time
@@ -31,9 +31,14 @@ BREAKDOWN_KEYS = ("compute", "tp_comm", "pp_comm", "ep_comm", "cp_comm", "fsdp_c
                   "optimizer", "overhead")
 
 
+def roofline_time(op: dict, peak_flops, hbm_bw, xp):
+    """Seconds of the op at the roofline: max(FLOP / peak FLOP/s, bytes / HBM bytes/s)."""
+    return xp.maximum(op["flops"] / peak_flops, op["bytes"] / hbm_bw)
+
+
 def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
     """Seconds the op's kernels occupy the GPU: roofline time / efficiency."""
-    roofline = xp.maximum(op["flops"] / peak_flops, op["bytes"] / hbm_bw)
+    roofline = roofline_time(op, peak_flops, hbm_bw, xp)
     hw = dict(peak_flops=peak_flops, hbm_bw=hbm_bw)
     return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
 
@@ -47,8 +52,27 @@ def op_peak(op: dict, hw: dict, xp):
 
 
 def op_times(op_list: list[dict], hw: dict, correction, xp) -> list:
-    """Seconds each op's kernels occupy the GPU (at op_peak)."""
-    return [kernel_time(op, op_peak(op, hw, xp), hw["hbm_bw"], correction, xp) for op in op_list]
+    """Seconds each op's kernels occupy the GPU (at op_peak): kernel_time of each op."""
+    return op_times_many([op_list], hw, correction, xp)[0]
+
+
+def op_times_many(op_lists: list[list[dict]], hw: dict, correction, xp) -> list[list]:
+    """op_times of several op lists at once (the same values): each op class's efficiency network runs
+    once over that class's ops from all the lists (correction.op_efficiencies), not once per op."""
+    flat = [op for op_list in op_lists for op in op_list]
+    peaks = [op_peak(op, hw, xp) for op in flat]
+    effs = [None] * len(flat)
+    for cls in dict.fromkeys(op["cls"] for op in flat):
+        idx = [i for i, op in enumerate(flat) if op["cls"] == cls]
+        hws = [dict(peak_flops=peaks[i], hbm_bw=hw["hbm_bw"]) for i in idx]
+        for i, eff in zip(idx, op_efficiencies(correction, [flat[i] for i in idx], BASE_EFFICIENCY[cls], hws, xp)):
+            effs[i] = eff
+    times = [roofline_time(op, peak, hw["hbm_bw"], xp) / eff for op, peak, eff in zip(flat, peaks, effs)]
+    out, start = [], 0
+    for op_list in op_lists:
+        out.append(times[start:start + len(op_list)])
+        start += len(op_list)
+    return out
 
 
 def sequence_time(op_list: list[dict], times: list, xp):
@@ -92,6 +116,19 @@ def _tp_async_per_layer(d, ag, rs, gemm_time: dict, xp):
             + pair(rs, gemm_time["mlp_down_proj"]))
 
 
+def fsdp_unit_ops(params, d, dpc, tp) -> list[dict]:
+    """The ops of one FSDP unit of `params` parameters (all TP ranks) sharded over `dpc` ranks: on the
+    comm stream the fp32 shard's cast to 16 bits before a gather and the 16-bit gradients' copy (cast
+    to the reduce dtype) into the reduce-scatter buffer; on the compute stream the gathered buffer's
+    copy-out into the layer's parameters."""
+    unsharded = params / tp
+    return [opgraph.memory_op("fsdp_shard_cast", "elementwise", unsharded / dpc, reads=2.0, writes=1.0,
+                              flops_per_elt=0.0),
+            opgraph.memory_op("fsdp_grad_copy_in", "elementwise", unsharded, reads=1.0,
+                              writes=d.grad_bytes / opgraph.ACT_BYTES, flops_per_elt=0.0),
+            opgraph.memory_op("fsdp_copy_out", "elementwise", unsharded, flops_per_elt=0.0)]
+
+
 def _allreduce(size, group, ranks_per_node, net, correction, xp):
     modelled = collective_time("all_reduce", size, group, ranks_per_node, net, correction, xp)
     table = net.get("allreduce_table")
@@ -102,8 +139,15 @@ def _allreduce(size, group, ranks_per_node, net, correction, xp):
     return xp.where(in_node, lut_allreduce_time(size, group, table, xp), modelled)
 
 
-def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None) -> dict:
-    """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config."""
+def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table: dict | None = None,
+             moe_layers: bool | None = None) -> dict:
+    """Iteration time (s), its breakdown (s), model FLOP and memory per GPU (bytes) per config.
+
+    `moe_layers`: whether any config of `d` may have MoE layers; False skips the MoE layers' ops and
+    collectives (the same results for dense configs: each of those terms is multiplied by their zero
+    MoE layer count or MoE mask). None: decided from `d` in numpy, True under jax (traced values)."""
+    if moe_layers is None:
+        moe_layers = xp is not np or bool(np.any(d.experts > 0))
     hw = dict(peak_flops=d.peak_flops, peak_flops_16=d.peak_flops_16, hbm_bw=d.hbm_bw,
               peak_flops_gemm16=xp.where(d.fp8 > 0, d.peak_flops_16, d.peak_flops))
     net = dict(intra_bw=d.intra_bw, inter_bw=d.inter_bw, allreduce_table=allreduce_table)
@@ -117,27 +161,43 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     fwd = opgraph.layer_forward_ops(d, xp)
     bwd = opgraph.backward_ops(fwd, xp)
     rec = opgraph.recompute_ops(fwd, d.recompute, xp, d)
-    fwd_times = op_times(fwd, hw, correction, xp)
+    emb = opgraph.embedding_ops(d, xp)
+    emb = emb + opgraph.backward_ops(emb, xp)
+    head = opgraph.head_ops(d, xp)
+    head = head + opgraph.backward_ops(head, xp)
+    # MoE layers (zero of them for dense models; skipped without moe_layers): the same attention,
+    # shared experts as the MLP, and the routed experts (costmodel/moe.py)
+    n_moe = moe.stage_moe_layers(d, xp)
+    moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp)) if moe_layers else []
+    moe_bwd = moe.mask_shared(opgraph.backward_ops(moe_fwd, xp), d, xp)
+    moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp, d)
+    # ZeRO-3 / FSDP units (see below): a dense layer, an MoE layer's non-expert part, the root units
+    layer_params = opgraph.layer_parameters(d)
+    embedding_params = opgraph.embedding_parameters(d)
+    moe_dense_params = moe.moe_layer_dense_parameters(d, opgraph.layer_parameters)
+    single = pp <= 1
+    dpc = dp * d.cp  # weights are replicated over the cp ranks too: ZeRO shards over dp*cp ranks, tp apart
+    # the root unit (embedding on the first stage; output layer on the last; both with pp = 1)
+    head_params = xp.where(single, d.llama, 1.0) * embedding_params
+    fsdp_params = dict(dense=layer_params, first=embedding_params + xp.where(single, head_params, 0.0),
+                       last=head_params, **(dict(moe=moe_dense_params) if moe_layers else {}))
+    fsdp_ops = {k: fsdp_unit_ops(v, d, dpc, tp) for k, v in fsdp_params.items()}
+
+    # every op's kernel time in one evaluation per op class of the correction
+    fwd_times, bwd_times, emb_times, head_times, moe_fwd_times, moe_bwd_times, *fsdp_times = op_times_many(
+        [fwd, bwd, emb, head, moe_fwd, moe_bwd, *fsdp_ops.values()], hw, correction, xp)
+    fsdp_times = dict(zip(fsdp_ops, fsdp_times))
     t_fwd = sequence_time(fwd, fwd_times, xp)
     # A recomputed op is its forward op again, or nothing (masked): reuse the forward kernel times
     # instead of evaluating the correction networks a third time per op.
     # (A partly recomputed op, e.g. one of the fused QKV projections under selective-op, takes its share.)
     rec_times = [t * r["mask"] for t, r in zip(fwd_times, rec)]
-    t_bwd = ops_time(bwd, hw, correction, xp) + sequence_time(rec, rec_times, xp)
-    emb = opgraph.embedding_ops(d, xp)
-    t_emb = ops_time(emb + opgraph.backward_ops(emb, xp), hw, correction, xp)
-    head = opgraph.head_ops(d, xp)
-    t_head = ops_time(head + opgraph.backward_ops(head, xp), hw, correction, xp)
-    # MoE layers (zero of them for dense models): the same attention, shared experts as the MLP,
-    # and the routed experts (costmodel/moe.py)
-    n_moe = moe.stage_moe_layers(d, xp)
-    moe_fwd = moe.moe_layer_forward_ops(d, xp, lambda dd: opgraph.layer_forward_ops(dd, xp))
-    moe_bwd = moe.mask_shared(opgraph.backward_ops(moe_fwd, xp), d, xp)
-    moe_rec = opgraph.recompute_ops(moe_fwd, d.recompute, xp, d)
-    moe_fwd_times = op_times(moe_fwd, hw, correction, xp)
+    t_bwd = sequence_time(bwd, bwd_times, xp) + sequence_time(rec, rec_times, xp)
+    t_emb = sequence_time(emb, emb_times, xp)
+    t_head = sequence_time(head, head_times, xp)
     moe_rec_times = [t * r["mask"] for t, r in zip(moe_fwd_times, moe_rec)]
     t_moe_fwd = sequence_time(moe_fwd, moe_fwd_times, xp)
-    t_moe_bwd = ops_time(moe_bwd, hw, correction, xp) + sequence_time(moe_rec, moe_rec_times, xp)
+    t_moe_bwd = sequence_time(moe_bwd, moe_bwd_times, xp) + sequence_time(moe_rec, moe_rec_times, xp)
     t_moe = t_moe_fwd + t_moe_bwd
 
     # --- tensor-parallel communication ---
@@ -186,7 +246,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     moe_mask = moe.is_moe(d, xp)
     etp = moe.expert_tp(d, xp)  # (= tp unless the config sets etp)
     ep_per_node = xp.clip(d.gpus_per_node / etp, 1.0, d.ep)  # EP ranks are etp apart
-    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp)
+    a2a = all_to_all_time(moe.a2a_bytes(d, xp), d.ep, ep_per_node, net, correction, xp) if moe_layers else 0.0
     ep_per_layer = moe_mask * 2.0 * a2a * (2.0 + full_recompute)
     # (on the experts' side: the routing load times the balanced routed tokens, gathered over the etp
     # ranks that split each expert)
@@ -194,7 +254,7 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
         (etp / tp)
     etp_per_node = xp.minimum(etp, d.gpus_per_node)
     moe_tp = collective_time("all_gather", routed_size, etp, etp_per_node, net, correction, xp) + \
-        collective_time("reduce_scatter", routed_size, etp, etp_per_node, net, correction, xp)
+        collective_time("reduce_scatter", routed_size, etp, etp_per_node, net, correction, xp) if moe_layers else 0.0
     # the shared experts keep the layer's own TP communication
     tp_moe_layer = tp_per_layer + moe_mask * moe_tp * (2.0 + full_recompute)
 
@@ -206,48 +266,39 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     # On the comm stream: the fp32 shard's cast to 16 bits before a gather and the 16-bit gradients'
     # copy (cast to the fp32 reduce dtype) into the reduce-scatter buffer; on the compute stream the
     # gathered buffer's copy-out into the layer's parameters (FSDP2's all-gather copy-out), each pass.
-    layer_params = opgraph.layer_parameters(d)
-    embedding_params = opgraph.embedding_parameters(d)
-    moe_dense_params = moe.moe_layer_dense_parameters(d, opgraph.layer_parameters)
-    single = pp <= 1
-    dpc = dp * d.cp  # weights are replicated over the cp ranks too: ZeRO shards over dp*cp ranks, tp apart
+    # (the units' ops and parameters: above, with the other kernel times)
     dp_per_node = xp.clip(d.gpus_per_node / tp, 1.0, dpc)
     fsdp = xp.where((d.zero_stage >= 3) & (dpc > 1), 1.0, 0.0)
 
-    def fsdp_unit(params):
-        """(gather, reduce-scatter, copy-out) seconds of one FSDP unit of `params` parameters (all TP
-        ranks): the comm-stream chains and the compute-stream copy of one pass."""
-        unsharded = params / tp
-        cast = opgraph.memory_op("fsdp_shard_cast", "elementwise", unsharded / dpc, reads=2.0, writes=1.0,
-                                 flops_per_elt=0.0)
-        grad_copy = opgraph.memory_op("fsdp_grad_copy_in", "elementwise", unsharded, reads=1.0,
-                                      writes=d.grad_bytes / opgraph.ACT_BYTES, flops_per_elt=0.0)
-        copy_out = opgraph.memory_op("fsdp_copy_out", "elementwise", unsharded, flops_per_elt=0.0)
-        gather = ops_time([cast], hw, correction, xp) + collective_time(
+    def fsdp_unit(unit):
+        """(gather, reduce-scatter, copy-out) seconds of FSDP unit `unit` (a key of fsdp_params): the
+        comm-stream chains and the compute-stream copy of one pass."""
+        unsharded = fsdp_params[unit] / tp
+        (cast, grad_copy, copy_out), (t_cast, t_grad_copy, t_copy_out) = fsdp_ops[unit], fsdp_times[unit]
+        gather = sequence_time([cast], [t_cast], xp) + collective_time(
             "all_gather", opgraph.ACT_BYTES * unsharded, dpc, dp_per_node, net, correction, xp)
-        scatter = ops_time([grad_copy], hw, correction, xp) + collective_time(
+        scatter = sequence_time([grad_copy], [t_grad_copy], xp) + collective_time(
             "reduce_scatter", d.grad_bytes * unsharded, dpc, dp_per_node, net, correction, xp)
-        return gather, scatter, ops_time([copy_out], hw, correction, xp)
+        return gather, scatter, sequence_time([copy_out], [t_copy_out], xp)
 
     def fsdp_exposed(unit, t_f, t_b):
         """Exposed FSDP seconds of one layer and micro-batch with forward / backward compute t_f, t_b."""
         gather, scatter, copy_out = unit
         return fsdp * (xp.maximum(gather - t_f, 0.0) + xp.maximum(gather + scatter - t_b, 0.0) + 2.0 * copy_out)
 
-    dense_unit = fsdp_unit(layer_params)
+    dense_unit = fsdp_unit("dense")
     fsdp_dense = fsdp_exposed(dense_unit, t_fwd, t_bwd)
-    fsdp_moe = fsdp_exposed(fsdp_unit(moe_dense_params), t_moe_fwd, t_moe_bwd)
+    fsdp_moe = fsdp_exposed(fsdp_unit("moe"), t_moe_fwd, t_moe_bwd) if moe_layers else 0.0
     fsdp_edges = fsdp * (dense_unit[0] + dense_unit[1])
-    # the root unit (embedding on the first stage; output layer on the last; both with pp = 1):
+    # the root units (embedding on the first stage; output layer on the last; both with pp = 1):
     # gathered once at the start of the micro-batch's forward, reduce-scattered at the end of its backward
-    head_params = xp.where(single, d.llama, 1.0) * embedding_params
 
-    def fsdp_root(params):
-        gather, scatter, copy_out = fsdp_unit(params)
+    def fsdp_root(unit):
+        gather, scatter, copy_out = fsdp_unit(unit)
         return fsdp * (gather + scatter + copy_out)
 
-    fsdp_first = fsdp_root(embedding_params + xp.where(single, head_params, 0.0))
-    fsdp_last = fsdp_root(head_params)
+    fsdp_first = fsdp_root("first")
+    fsdp_last = fsdp_root("last")
 
     def stage_layers(count, n):
         """Compute, TP, EP, CP and FSDP seconds of a stage's `count` layers (n MoE layers, the rest dense)."""
@@ -292,9 +343,12 @@ def simulate(d: SimInput, correction: dict | None = None, xp=np, allreduce_table
     edp = moe.expert_dp(d, xp)
     edp_per_node = xp.clip(d.gpus_per_node / (etp * d.ep), 1.0, edp)
     expert_grad = d.grad_bytes * expert_params
-    expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
-    expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \
-        collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
+    if moe_layers:
+        expert_allreduce = _allreduce(expert_grad, edp, edp_per_node, net, correction, xp)
+        expert_sharded = collective_time("reduce_scatter", expert_grad, edp, edp_per_node, net, correction, xp) + \
+            collective_time("all_gather", opgraph.ACT_BYTES * expert_params, edp, edp_per_node, net, correction, xp)
+    else:
+        expert_allreduce = expert_sharded = 0.0
     t_dp = t_dp + moe_mask * xp.where(d.zero_stage >= 1, expert_sharded, expert_allreduce)
     # With overlap, gradient reduction hides behind the last micro-batch's backward pass.
     overlap_window = xp.where(d.overlap > 0, d.layers_first * t_bwd, 0.0)

@@ -66,13 +66,19 @@ def _compiled(kind: str, n: int, predictor, build, example_args, options=None):
     return fn
 
 
-def _forward_builder(table):
+def has_moe(d: SimInput) -> bool:
+    """Whether any config of a (numpy) batch has MoE layers: the static `moe_layers` of simulate
+    (a dense batch compiles without the MoE layers' terms)."""
+    return bool(np.any(np.asarray(d.experts) > 0))
+
+
+def _forward_builder(table, moe_layers: bool = True):
     import jax.numpy as jnp
 
     from vtrain.costmodel.simulator import simulate
 
     def run(corr, d):
-        out = simulate(d, corr, xp=jnp, allreduce_table=table)
+        out = simulate(d, corr, xp=jnp, allreduce_table=table, moe_layers=moe_layers)
         one = jnp.ones_like(d.tp)
         return dict(iteration_time_s=out["iteration_time_s"] * one, mfu=out["mfu"] * one,
                     memory=out["memory"]["total"] * one,
@@ -100,12 +106,14 @@ def evaluate(predictor, d: SimInput) -> dict[str, np.ndarray]:
 
     n = d.rows
     chunk = _bucket(n)
+    moe_layers = has_moe(d)
     parts = []
     for start in range(0, n, chunk):
         piece = d.take(slice(start, start + chunk))
         m = piece.rows
         padded = piece.map(lambda v: jnp.asarray(_pad_array(v, chunk), dtype=jnp.float32))
-        fn = _compiled("forward", chunk, predictor, _forward_builder, (padded,), _COMPILER_OPTIONS)
+        fn = _compiled("forward-moe" if moe_layers else "forward-dense", chunk, predictor,
+                       lambda table: _forward_builder(table, moe_layers), (padded,), _COMPILER_OPTIONS)
         out = fn(predictor.correction, padded)
         parts.append({k: np.asarray(v)[:m].astype(np.float64) for k, v in out.items()})
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

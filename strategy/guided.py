@@ -12,7 +12,7 @@ import numpy as np
 from vtrain.costmodel.encode import SimInput, with_layout
 from vtrain.costmodel.rules import RECOMPUTE_MODES, SCHEDULES
 from vtrain.costmodel.spec import ConfigError, TrainConfig, build_config
-from vtrain.strategy.evaluation import _GRADIENT_COMPILER_OPTIONS, _compiled, _pad_array, evaluate
+from vtrain.strategy.evaluation import _GRADIENT_COMPILER_OPTIONS, _compiled, _pad_array, evaluate, has_moe
 from vtrain.strategy.grid import (STRATEGY_FIELDS, SearchSpace, candidates, check_run_parameters, encode_strategies,
                                   strategy_values)
 from vtrain.strategy.ranking import SearchResult, _finish, _rank, objective_key, ranking_times
@@ -22,7 +22,7 @@ GRAD_CHUNK = 512  # padded batch size of the jitted gradient (one compile)
 PENALTY = 20.0  # weight of the memory overflow penalty (per unit of ln(memory / capacity))
 
 
-def _relaxed_builder(table):
+def _relaxed_builder(table, moe_layers: bool = True):
     """loss(corr, x, base, w): x [n, 5] log2 degrees (tp, pp, dp, micro_batch, vpp); base the encoded
     constants; w [n, 4] (fixed_gpus_log2 or -1, cost weight, memory penalty, unused). Per-row loss =
     ln(time) + w1 * ln(num_gpus) + w2 * relu(ln(memory / capacity)); returns (loss sum, (ln time, ln mem))."""
@@ -36,7 +36,7 @@ def _relaxed_builder(table):
         dp = jnp.where(w[:, 0] >= 0, 2.0 ** (w[:, 0] - x[:, 0] - x[:, 1]) / base.cp, 2.0 ** x[:, 2])
         mb, vpp = 2.0 ** x[:, 3], 2.0 ** x[:, 4]
         d = with_layout(base, tp, pp, dp, mb, vpp)
-        out = simulate(d, corr, xp=jnp, allreduce_table=table)
+        out = simulate(d, corr, xp=jnp, allreduce_table=table, moe_layers=moe_layers)
         ln_t = jnp.log(out["iteration_time_s"])
         ln_mem = jnp.log(out["memory"]["total"] / d.hbm_bytes)
         loss = ln_t + w[:, 1] * jnp.log(d.num_gpus) + w[:, 2] * jax.nn.relu(ln_mem)
@@ -53,6 +53,7 @@ def relaxed_gradient(predictor, x: np.ndarray, base: SimInput, w: np.ndarray):
     import jax.numpy as jnp
 
     n = len(x)
+    moe_layers = has_moe(base)
     gs, ts, ms = [], [], []
     for start in range(0, n, GRAD_CHUNK):
         xc, wc = x[start:start + GRAD_CHUNK], w[start:start + GRAD_CHUNK]
@@ -61,7 +62,8 @@ def relaxed_gradient(predictor, x: np.ndarray, base: SimInput, w: np.ndarray):
         xs = jnp.asarray(_pad_array(xc, GRAD_CHUNK), dtype=jnp.float32)
         ws = jnp.asarray(_pad_array(wc, GRAD_CHUNK), dtype=jnp.float32)
         bs = bc.map(lambda v: jnp.asarray(_pad_array(v, GRAD_CHUNK), dtype=jnp.float32))
-        fn = _compiled("relaxed", GRAD_CHUNK, predictor, _relaxed_builder, (xs, bs, ws), _GRADIENT_COMPILER_OPTIONS)
+        fn = _compiled("relaxed-moe" if moe_layers else "relaxed-dense", GRAD_CHUNK, predictor,
+                       lambda table: _relaxed_builder(table, moe_layers), (xs, bs, ws), _GRADIENT_COMPILER_OPTIONS)
         g, ln_t, ln_mem = fn(predictor.correction, xs, bs, ws)
         gs.append(np.asarray(g)[:m].astype(np.float64))
         ts.append(np.asarray(ln_t)[:m])
