@@ -27,11 +27,7 @@ from vtrain.training.train import train
 def held_out_predictions(ds, settings, init, split: str, folds: int, scales: list[float]) -> pd.DataFrame:
     """One row per held-out run: its fold, setting, trust weight and predicted time per scale."""
     runs = ds.runs.reset_index(drop=True)
-    if split == "shape":
-        fold_of = ev.shape_folds(runs, folds)
-    else:
-        multi = setting_label(runs) == "multi-node"
-        fold_of = np.where(multi, runs["num_gpus"].to_numpy(), -1)
+    fold_of = ev.run_folds(runs, split, folds)
     frames = []
     for fold in sorted(set(fold_of) - {-1}):
         t0 = time.perf_counter()

@@ -88,8 +88,8 @@ def predict(
     predictor = Predictor.load(checkpoint, allreduce_table=table)
     result = predictor.predict(cfg)
     cost = result.training_cost(tokens, price_per_gpu_hour) if tokens else None
-    outside = _outside_line(predictor, cfg)
     weight = _correction_weight(predictor, cfg)
+    outside = _outside_line(predictor, cfg, weight)
 
     if as_json:
         out = dict(
@@ -174,8 +174,9 @@ def _correction_weight(predictor, cfg) -> float | None:
     return float(np.asarray(trust_weight(predictor.correction, encode([cfg]), np)).reshape(-1)[0])
 
 
-def _outside_line(predictor, cfg) -> str:
-    """One line naming the inputs outside the checkpoint's training runs ('' when none or analytical)."""
+def _outside_line(predictor, cfg, weight: float | None) -> str:
+    """One line naming the inputs outside the checkpoint's training runs and the correction's trust
+    `weight` there ('' when none or analytical)."""
     import numpy as np
 
     from vtrain.costmodel.correction import out_of_domain
@@ -184,7 +185,6 @@ def _outside_line(predictor, cfg) -> str:
     items = (out_of_domain(predictor.correction, encode([cfg]), np) or [[]])[0]
     if not items:
         return ""
-    weight = _correction_weight(predictor, cfg)
 
     def num(v: float) -> str:  # counts plainly, speeds (FLOP/s, bytes/s) in 3 digits
         return f"{v:g}" if abs(v) < 1e7 else f"{v:.3g}"

@@ -86,11 +86,6 @@ def sequence_time(op_list: list[dict], times: list, xp):
     return xp.maximum(gpu, launches * DISPATCH_S)
 
 
-def ops_time(op_list: list[dict], hw: dict, correction, xp):
-    """Seconds for a sequence of ops on one GPU (see sequence_time)."""
-    return sequence_time(op_list, op_times(op_list, hw, correction, xp), xp)
-
-
 def _tp_comm_per_layer(d, net, correction, xp):
     """TP collectives of one layer, one micro-batch, one direction (forward or backward):
     2 all-reduces of the layer output, or with SP 2 all-gathers + 2 reduce-scatters. Returns

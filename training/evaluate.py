@@ -50,6 +50,15 @@ def _report_fold(on_fold, fold: int, count: int, runs: pd.DataFrame, pred: np.nd
     on_fold(fold, count, len(runs), mape, time.perf_counter() - t0)
 
 
+def run_folds(runs: pd.DataFrame, split: str = "shape", folds: int | None = None) -> np.ndarray:
+    """Fold per row of `runs`: split='shape' groups by model shape (`shape_folds`); split='gpus' is the
+    GPU count of each multi-node run, -1 (always trained on) for single-node runs."""
+    if split == "shape":
+        return shape_folds(runs, folds)
+    multi = setting_label(runs) == "multi-node"
+    return np.where(multi, runs["num_gpus"].to_numpy(), -1)
+
+
 def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = None,
                         init: dict | None = None, split: str = "shape", on_fold=None) -> pd.DataFrame:
     """Held-out predictions for every run: one fit per fold, trained on the other folds' runs and all
@@ -57,11 +66,7 @@ def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = 
     GPU count in turn (single-node runs always train). `on_fold` is called after each fold (see
     `_report_fold`)."""
     runs = ds.runs.reset_index(drop=True)
-    if split == "shape":
-        fold_of = shape_folds(runs, folds)
-    else:
-        multi = setting_label(runs) == "multi-node"
-        fold_of = np.where(multi, runs["num_gpus"].to_numpy(), -1)
+    fold_of = run_folds(runs, split, folds)
     pred = np.full(len(runs), np.nan)
     held_folds = sorted(set(fold_of) - {-1})
     for i, fold in enumerate(held_folds):
