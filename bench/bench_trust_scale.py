@@ -3,7 +3,8 @@ dataset's runs, never on the public runs: grouped CV by model shape and leave-on
 (multi-node), as `vtrain validate --no-kernels` splits them. Each fold is fitted once; its held-out
 runs are then predicted with each candidate scale (inf = no fade, the correction everywhere).
 
-Run: python bench/bench_trust_scale.py out/shared-dataset [--folds 5] [--scales 0.5,1,2,inf]
+Run: python bench/bench_trust_scale.py out/shared-dataset [--folds 5] [--scales 0.5,1,2,inf] [--seed 0]
+     [--splits shape,gpus] [--save held-out.parquet]
 (~9 fits: ~10 min idle on 2 cores, 25 min under load.) Prints MAPE, median and p90 |error| per
 split, setting and scale, and the share of held-out runs each fold's range puts outside (trust < 1).
 """
@@ -51,19 +52,25 @@ def main() -> None:
     parser.add_argument("dataset")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--scales", default="0.5,1,2,inf")
+    parser.add_argument("--seed", type=int, default=0, help="fit seed (the shipped recipe uses 0)")
+    parser.add_argument("--splits", default="shape,gpus", help="held-out splits: shape (grouped CV by model shape), "
+                        "gpus (leave one multi-node GPU count out)")
     parser.add_argument("--save", default=None, help="write the held-out predictions to this .parquet")
     args = parser.parse_args()
     scales = [float(x) for x in args.scales.split(",")]
-    settings = FitSettings(progress=False)
+    splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    if not set(splits) <= {"shape", "gpus"}:
+        raise SystemExit(f"--splits: {args.splits!r}; use shape, gpus or shape,gpus")
+    settings = FitSettings(progress=False, seed=args.seed)
     ds = load_dataset(args.dataset, seed=settings.seed)
     default = C.TRUST_SCALE
     init = ev.pretrain(ds, settings)  # on the kernels and collectives, as validate --no-kernels does
-    frames = [held_out_predictions(ds, settings, init, split, args.folds, scales) for split in ("shape", "gpus")]
+    frames = [held_out_predictions(ds, settings, init, split, args.folds, scales) for split in splits]
     C.TRUST_SCALE = default
     table = pd.concat(frames, ignore_index=True)
     if args.save:
         table.to_parquet(args.save)
-    print(f"\nheld-out |error| % by trust scale (doublings; inf = no fade); shipped scale {default:g}")
+    print(f"\nheld-out |error| % by trust scale (doublings; inf = no fade); shipped scale {default:g}; seed {args.seed}")
     for (split, setting), group in table.groupby(["split", "setting"]):
         measured = group["iteration_time_s"].to_numpy()
         outside = float(np.mean(group["trust"] < 1.0) * 100) if "trust" in group else float("nan")

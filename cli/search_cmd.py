@@ -208,7 +208,7 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                      "'limited by' = largest non-compute share of the iteration\n" + gpu_line(c))
     console.print(table)
     if sens:
-        st = Table(title="sensitivity at #1 (jax.grad of log time w.r.t. log degree, global batch fixed)")
+        st = Table(title="sensitivity at #1 (d log time / d log degree, relaxed degrees, global batch fixed)")
         for col in ("knob", "value", "d ln time / d ln knob", "time if doubled", "d ln cost / d ln knob"):
             st.add_column(col, justify="left" if col in ("knob", "value") else "right")
         for s in sens:
@@ -280,7 +280,7 @@ def search(
     guided: bool = typer.Option(False, "--guided", help="Gradient-guided search: evaluate only the neighbourhoods "
                                                         "of relaxed optima instead of every strategy."),
     show_sensitivity: bool = typer.Option(True, "--sensitivity/--no-sensitivity",
-                                          help="Which knob matters most at the best strategy (jax.grad)."),
+                                          help="Which knob matters most at the best strategy (elasticities of the time)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the top strategies as CSV."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write --json/--csv here (atomically)."),

@@ -1,9 +1,11 @@
-"""Batched evaluation of encoded strategies: the combined predictor under `jax.jit` in float32,
-padded to fixed batch sizes so one search compiles once, with a persistent XLA compile cache.
+"""Batched evaluation of encoded strategies. Up to NUMPY_MAX_ROWS strategies: the combined predictor
+in numpy (float64, no compile); more: under `jax.jit` in float32, padded to fixed batch sizes so one
+search compiles once, with a persistent XLA compile cache.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -11,6 +13,12 @@ from vtrain.costmodel.encode import SimInput
 from vtrain.costmodel.simulator import BREAKDOWN_KEYS
 
 BUCKETS = (32768,)  # padded batch size of the jitted evaluation (larger batches are chunked): one compile
+# Batches up to this many strategies are evaluated in numpy. numpy runs the checkpoint at ~28,000
+# strategies/s on one core with nothing to compile; the jitted graph runs at ~150,000/s but compiles
+# for ~7 s (cold cache, 2 cores), so it only pays off from ~240,000 strategies (MT-NLG on 3,360 GPUs:
+# 2,898 strategies, 0.14 s in numpy).
+NUMPY_MAX_ROWS = 100_000
+NUMPY_CHUNK_ROWS = 32768  # rows per numpy simulate call (bounds the intermediate arrays' memory)
 
 
 _COMPILED: dict = {}
@@ -23,15 +31,22 @@ _GRADIENT_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False, "xla_backend
 
 
 def enable_compilation_cache() -> None:
-    """Persist XLA executables across processes (VTRAIN_JAX_CACHE=dir, or '0' to disable)."""
-    import jax
-
+    """Persist XLA executables across processes (VTRAIN_JAX_CACHE=dir, or '0' to disable). Does not
+    import JAX: if it is not imported yet, the settings go to JAX's own environment variables (read
+    when JAX is imported, i.e. only if something is compiled; a search evaluated in numpy never is)."""
     path = os.environ.get("VTRAIN_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "vtrain", "jax"))
     if path in ("", "0", "off"):
         return
+    settings = {"jax_compilation_cache_dir": path, "jax_persistent_cache_min_compile_time_secs": 0.5}
+    if "jax" not in sys.modules:
+        for name, value in settings.items():
+            os.environ.setdefault(name.upper(), str(value))
+        return
+    import jax
+
     try:
-        jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        for name, value in settings.items():
+            jax.config.update(name, value)
     except Exception:  # an older/newer jax without these options: just no persistent cache
         pass
 
@@ -98,13 +113,40 @@ def _bucket(n: int) -> int:
     return BUCKETS[-1]
 
 
+def _outputs(out: dict, rows: int) -> dict[str, np.ndarray]:
+    """The evaluated columns of one simulate output, each as `rows` float64 values."""
+    def column(v):
+        return np.broadcast_to(np.asarray(v, dtype=np.float64), (rows,))
+    return dict(iteration_time_s=column(out["iteration_time_s"]), mfu=column(out["mfu"]),
+                memory=column(out["memory"]["total"]),
+                **{f"bd_{k}": column(out["breakdown"][k]) for k in BREAKDOWN_KEYS})
+
+
+def evaluate_numpy(predictor, d: SimInput) -> dict[str, np.ndarray]:
+    """`evaluate` in numpy (float64), chunked: the same columns, no JAX."""
+    from vtrain.costmodel.simulator import simulate
+
+    parts = []
+    for start in range(0, d.rows, NUMPY_CHUNK_ROWS):
+        piece = d.take(slice(start, start + NUMPY_CHUNK_ROWS))
+        out = simulate(piece, predictor.correction, allreduce_table=predictor.allreduce_table)
+        parts.append(_outputs(out, piece.rows))
+    if not parts:
+        keys = ("iteration_time_s", "mfu", "memory") + tuple(f"bd_{k}" for k in BREAKDOWN_KEYS)
+        return {k: np.zeros(0) for k in keys}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def evaluate(predictor, d: SimInput) -> dict[str, np.ndarray]:
-    """Batched, jitted `simulate` (float32) on an encoded dict; returns numpy arrays (iteration_time_s,
-    mfu, memory, bd_<component>). Batches are padded to BUCKETS sizes and chunked, so compiling
-    happens at most once per bucket size per process."""
+    """Batched `simulate` on an encoded dict; returns numpy arrays (iteration_time_s, mfu, memory,
+    bd_<component>). Up to NUMPY_MAX_ROWS rows in numpy (`evaluate_numpy`); larger batches jitted in
+    float32, padded to BUCKETS sizes and chunked, so compiling happens at most once per bucket size
+    per process."""
+    n = d.rows
+    if n <= NUMPY_MAX_ROWS:
+        return evaluate_numpy(predictor, d)
     import jax.numpy as jnp
 
-    n = d.rows
     chunk = _bucket(n)
     moe_layers = has_moe(d)
     parts = []

@@ -71,19 +71,47 @@ def relaxed_gradient(predictor, x: np.ndarray, base: SimInput, w: np.ndarray):
     return np.concatenate(gs), np.concatenate(ts), np.concatenate(ms)
 
 
+SENSITIVITY_STEP = 1e-4  # finite-difference step of `relaxed_time_gradient`, in log2 units (0.007 %)
+
+
+def relaxed_time_gradient(predictor, x: np.ndarray, base: SimInput, step: float = SENSITIVITY_STEP) -> np.ndarray:
+    """d ln(time) / d x [n, 5] at relaxed log2 degrees `x` (tp, pp, dp, micro_batch, vpp; dp free),
+    by finite differences of the predictor in numpy float64 (one simulate call on 11 points per row;
+    nothing to compile). Central differences where the model is smooth; at a step of the model (tp
+    reaching the GPUs per node, a pipeline stage boundary) the two one-sided differences disagree,
+    and the smaller one is taken: the local slope on one side, not the jump. (The same relaxed model
+    as `relaxed_gradient`'s jax.grad, which guided_search uses over many points; for one strategy this
+    is cheaper than compiling the derivative graph, ~10 s on 2 cores.)"""
+    from vtrain.costmodel.simulator import simulate
+
+    x = np.asarray(x, dtype=np.float64)
+    n, k = x.shape
+    offsets = np.concatenate([np.zeros((1, k)), step * np.eye(k), -step * np.eye(k)])  # [1 + 2k, k]
+    points = (x[:, None, :] + offsets[None, :, :]).reshape(-1, k)
+    rows = base.take(np.repeat(np.arange(n), len(offsets)))
+    d = with_layout(rows, *(2.0 ** points[:, i] for i in range(k)))
+    out = simulate(d, predictor.correction, allreduce_table=predictor.allreduce_table)
+    ln_t = np.log(np.asarray(out["iteration_time_s"], dtype=np.float64)).reshape(n, len(offsets))
+    forward = (ln_t[:, 1:k + 1] - ln_t[:, :1]) / step
+    backward = (ln_t[:, :1] - ln_t[:, k + 1:]) / step
+    central = (forward + backward) / 2.0
+    step_of_model = np.abs(forward - backward) > 0.05 * (1.0 + np.abs(central))
+    one_sided = np.where(np.abs(forward) < np.abs(backward), forward, backward)
+    return np.where(step_of_model, one_sided, central)
+
+
 def sensitivity(predictor, cfg: TrainConfig, row: dict) -> list[dict]:
-    """Which knob matters most at a strategy: elasticities d ln(time) / d ln(knob) from jax.grad of
-    the predictor with the degrees relaxed to continuous values (global batch fixed; num_gpus =
-    tp*pp*dp, so cost per token has elasticity time's + 1 for tp, pp, dp). Also the trades that
-    keep the GPU count fixed (raise one degree, lower another by the same factor)."""
+    """Which knob matters most at a strategy: elasticities d ln(time) / d ln(knob) of the predictor
+    with the degrees relaxed to continuous values (`relaxed_time_gradient`; global batch fixed;
+    num_gpus = tp*pp*dp, so cost per token has elasticity time's + 1 for tp, pp, dp). Also the
+    trades that keep the GPU count fixed (raise one degree, lower another by the same factor)."""
     strategies = {k: np.array([row[k] if k not in ("schedule", "recompute", "sequence_parallel")
                                else (SCHEDULES.index(row[k]) if k == "schedule" else
                                      RECOMPUTE_MODES.index(row[k]) if k == "recompute" else int(row[k]))])
                   for k in STRATEGY_FIELDS}
     base = encode_strategies(cfg, strategies)
     x = np.log2(np.array([[row["tp"], row["pp"], row["dp"], row["micro_batch"], row["vpp"]]], dtype=np.float64))
-    w = np.array([[-1.0, 0.0, 0.0, 0.0]])
-    g, _, _ = relaxed_gradient(predictor, x, base, w)
+    g = relaxed_time_gradient(predictor, x, base)
     e = g[0] / math.log(2.0)  # d ln T / d log2 k -> d ln T / d ln k
     out = []
     for i, knob in enumerate(KNOBS):

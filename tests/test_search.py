@@ -166,6 +166,44 @@ def test_sensitivity_matches_finite_differences(predictor):
             table[knob]["time_elasticity"] + (knob != "micro_batch"), abs=1e-9)
 
 
+def test_numpy_and_jitted_evaluation_agree(monkeypatch):
+    # a search of up to NUMPY_MAX_ROWS strategies runs in numpy (no compile); larger ones under jax.jit
+    # in float32: both must give the same times (the shipped checkpoint, with its networks)
+    from vtrain.strategy import evaluation
+
+    shipped = Predictor.load("default")
+    cfg = small_cfg()
+    s = enumerate_strategies(cfg, SearchSpace(max_gpus=32))
+    d = encode_strategies(cfg, s).take(np.arange(300))
+    in_numpy = evaluation.evaluate(shipped, d)
+    monkeypatch.setattr(evaluation, "NUMPY_MAX_ROWS", 0)
+    monkeypatch.setattr(evaluation, "BUCKETS", (512,))
+    jitted = evaluation.evaluate(shipped, d)
+    assert set(in_numpy) == set(jitted)
+    for key in in_numpy:
+        np.testing.assert_allclose(in_numpy[key], jitted[key], rtol=2e-5, atol=1e-9, err_msg=key)
+    reference = simulate(d, shipped.correction)["iteration_time_s"]
+    np.testing.assert_array_equal(in_numpy["iteration_time_s"], reference)
+
+
+def test_sensitivity_derivatives_match_jax_grad(predictor):
+    # the sensitivity table's finite differences (numpy) against jax.grad of the same relaxed model,
+    # at points between the model's steps (tp inside a node, pp > 1)
+    from vtrain.strategy.guided import KNOBS, relaxed_gradient, relaxed_time_gradient
+
+    cfg = small_cfg()
+    s = enumerate_strategies(cfg, SearchSpace(num_gpus=16))
+    pick = np.flatnonzero((s["tp"] == 2) & (s["pp"] == 2) & (s["micro_batch"] == 2))[:4]
+    assert len(pick) == 4
+    base = encode_strategies(cfg, {k: v[pick] for k, v in s.items()})
+    x = np.log2(np.stack([s[k][pick] for k in KNOBS], axis=1).astype(np.float64))
+    x[:, :4] += 0.3  # off the integer degrees (a stage boundary or a node edge would be a step)
+    g_jax, _, _ = relaxed_gradient(predictor, x, base, np.tile([[-1.0, 0.0, 0.0, 0.0]], (len(x), 1)))
+    g_numpy = relaxed_time_gradient(predictor, x, base)
+    np.testing.assert_allclose(g_numpy, g_jax, atol=2e-3, rtol=2e-3)
+    assert np.abs(g_numpy[:, :3]).min() > 0.01  # the degrees move the time (not a vacuous match)
+
+
 def test_compile_cache_is_keyed_on_the_table_content_not_its_id():
     from vtrain.strategy.search import _table_key
 
