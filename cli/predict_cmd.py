@@ -179,9 +179,10 @@ def _outside_line(predictor, cfg, weight: float | None) -> str:
     `weight` there ('' when none or analytical)."""
     import numpy as np
 
-    from vtrain.costmodel.correction import out_of_domain
+    from vtrain.costmodel.correction import CONFIG_FEATURE_NAMES, out_of_domain
     from vtrain.costmodel.encode import encode
 
+    flags = tuple(n for n in CONFIG_FEATURE_NAMES if n != "context-parallel degree")  # 0/1 execution flags
     items = (out_of_domain(predictor.correction, encode([cfg]), np) or [[]])[0]
     if not items:
         return ""
@@ -189,7 +190,12 @@ def _outside_line(predictor, cfg, weight: float | None) -> str:
     def num(v: float) -> str:  # counts plainly, speeds (FLOP/s, bytes/s) in 3 digits
         return f"{v:g}" if abs(v) < 1e7 else f"{v:.3g}"
 
-    parts = ", ".join(f"{name}={num(v)} (trained {num(lo)}-{num(hi)})" for name, v, lo, hi in items)
+    def part(name, v, lo, hi) -> str:
+        if name in flags:
+            return f"with {name} (no training run had it)" if v > 0 else f"without {name} (every training run had it)"
+        return f"{name}={num(v)} (trained {num(lo)}-{num(hi)})"
+
+    parts = ", ".join(part(*item) for item in items)
     dp_note = (" (dp beyond the runs enters through the modelled collectives only)"
                if any(name == "dp" for name, *_ in items) else "")
     return (f"outside the training data: {parts}; the learned correction is applied at {weight:.0%} weight "

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from vtrain.costmodel.ops import OP_CLASSES  # noqa: F401 (re-exported: one network per op class)
-from vtrain.costmodel.rules import Recompute
+from vtrain.costmodel.rules import Recompute, Schedule
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
@@ -261,20 +261,39 @@ def global_adjustment(correction: dict | None, d: dict, xp):
 # `trust_features` beyond the training runs' range, in doublings. ---
 TRUST_KEY = "trust_weight"  # where `with_trust` puts the per-config weight in a correction (not a parameter)
 TRUST_SCALE = 1.0  # doublings outside the training runs at which the correction keeps exp(-1) = 37 %
-TRUST_FEATURE_NAMES = tuple(name for name, _, _ in RUN_FEATURE_UNITS if name != "dp") + (
-    "peak FLOP/s", "HBM bytes/s", "intra-node bytes/s", "inter-node bytes/s")
+HARDWARE_FEATURE_NAMES = ("peak FLOP/s", "HBM bytes/s", "intra-node bytes/s", "inter-node bytes/s", "GPUs per node")
+# How a run is executed beyond its shape, layout and hardware: what another framework or recipe
+# changes. Each is a 0/1 flag (one unit of excess when the training runs never had it) but the
+# context-parallel degree (as log2 cp, in doublings). (The architecture - Llama's gated MLP, GQA,
+# fused attention - is not among them: it changes which ops run, which the op graph spells out and the
+# op networks see op by op; these flags change how the runs execute, which no learned term sees.)
+CONFIG_FEATURE_NAMES = ("ZeRO stage >= 1", "ZeRO-3 / FSDP", "a schedule other than 1F1B", "overlapped gradient reduction",
+                        "FP8 linears", "async TP", "context-parallel degree", "mixture of experts",
+                        "selective-op/-layer recompute")
+TRUST_FEATURE_NAMES = (tuple(name for name, _, _ in RUN_FEATURE_UNITS if name != "dp") + HARDWARE_FEATURE_NAMES
+                       + CONFIG_FEATURE_NAMES)
 N_TRUST_FEATURES = len(TRUST_FEATURE_NAMES)
 
 
 def trust_features(d, xp):
     """Per config, in doublings (log2 units; the recompute level counts 0 / 0.5 / 1, SP 0 / 1): the run
     features but dp (more data parallelism at the same per-GPU work is modelled by the collectives,
-    and fading with dp would let more GPUs look faster), plus the GPU's and network's speeds."""
+    and fading with dp would let more GPUs look faster), the GPU's and network's speeds and the GPUs
+    per node, and the execution flags of CONFIG_FEATURE_NAMES (a framework or recipe the training
+    runs never used is outside them too)."""
     run = run_features(d, xp) * 4.0
     one = xp.ones_like(d.tp * 1.0)
+
+    def flag(condition):
+        return xp.where(condition, 1.0, 0.0) * one
+
     hardware = [xp.log2(d.peak_flops * one), xp.log2(d.hbm_bw * one), xp.log2(d.intra_bw * one),
-                xp.log2(xp.maximum(d.inter_bw * one, 1.0))]
-    return xp.concatenate([run[..., list(GLOBAL_INPUTS)], xp.stack(hardware, axis=-1)], axis=-1)
+                xp.log2(xp.maximum(d.inter_bw * one, 1.0)), xp.log2(d.gpus_per_node * one)]
+    config = [flag(d.zero_stage >= 1), flag(d.zero_stage >= 3), flag(d.schedule != Schedule.ONE_F_ONE_B), flag(d.overlap > 0),
+              flag(d.fp8 > 0), flag(d.async_tp > 0), _log2(d.cp * one, xp), flag(d.experts > 0),
+              flag((d.recompute == Recompute.SELECTIVE_OP) | (d.recompute == Recompute.SELECTIVE_LAYER))]
+    assert len(hardware) == len(HARDWARE_FEATURE_NAMES) and len(config) == len(CONFIG_FEATURE_NAMES)
+    return xp.concatenate([run[..., list(GLOBAL_INPUTS)], xp.stack(hardware + config, axis=-1)], axis=-1)
 
 
 def trust_weight(correction: dict | None, d, xp):
@@ -332,19 +351,25 @@ def trainable_count(flat: dict) -> int:
 def out_of_domain(correction: dict | None, d: dict, xp) -> list[list[tuple]]:
     """Per config in `d`: (input name, value, lowest seen, highest seen) for each input of the global
     term outside the range of the training runs (where it is clamped to that range), then each GPU or
-    network speed outside it (FLOP/s, bytes/s; these only lower the trust weight); [] when the
-    correction stores no range (or there is none)."""
+    network figure (FLOP/s, bytes/s, GPUs per node) and each execution flag (0/1; log2 cp as the cp
+    degree) outside it (these only lower the trust weight); [] when the correction stores no range
+    (or there is none)."""
     ranges = (correction or {}).get("feature_range", {})
     seen = ranges.get("global")
     if seen is None:
         return []
     feats = xp.asarray(run_features(d, xp)).reshape(-1, N_RUN_FEATURES)
-    hw_seen = ranges.get("trust")
-    n_hw = N_TRUST_FEATURES - N_GLOBAL_INPUTS
-    hw = xp.asarray(trust_features(d, xp)).reshape(-1, N_TRUST_FEATURES)[:, -n_hw:] if hw_seen is not None else None
+    trust_seen = ranges.get("trust")
+    n_extra = N_TRUST_FEATURES - N_GLOBAL_INPUTS
+    extra = (xp.asarray(trust_features(d, xp)).reshape(-1, N_TRUST_FEATURES)[:, -n_extra:]
+             if trust_seen is not None else None)
+    extra_names = TRUST_FEATURE_NAMES[-n_extra:]
 
     def value(f, unit, k):
         return float(2.0 ** (4.0 * f + k)) if unit == "log2" else float(f * k)
+
+    def extra_value(name, f):  # a hardware figure or cp: from its log2; a flag as it is
+        return float(2.0 ** f) if name in HARDWARE_FEATURE_NAMES or name == "context-parallel degree" else float(f)
 
     out = []
     for r, row in enumerate(feats):
@@ -353,10 +378,11 @@ def out_of_domain(correction: dict | None, d: dict, xp) -> list[list[tuple]]:
             if row[i] > seen["max"][i] + 1e-9 or row[i] < seen["min"][i] - 1e-9:
                 items.append((name, value(row[i], unit, k), value(seen["min"][i], unit, k),
                               value(seen["max"][i], unit, k)))
-        if hw is not None:
-            lo, hi = hw_seen["min"][-n_hw:], hw_seen["max"][-n_hw:]
-            for j, name in enumerate(TRUST_FEATURE_NAMES[-n_hw:]):
-                if hw[r, j] > hi[j] + 1e-9 or hw[r, j] < lo[j] - 1e-9:
-                    items.append((name, float(2.0 ** hw[r, j]), float(2.0 ** lo[j]), float(2.0 ** hi[j])))
+        if extra is not None:
+            lo, hi = trust_seen["min"][-n_extra:], trust_seen["max"][-n_extra:]
+            for j, name in enumerate(extra_names):
+                if extra[r, j] > hi[j] + 1e-9 or extra[r, j] < lo[j] - 1e-9:
+                    items.append((name, extra_value(name, extra[r, j]), extra_value(name, lo[j]),
+                                  extra_value(name, hi[j])))
         out.append(items)
     return out

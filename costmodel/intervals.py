@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from vtrain.costmodel.correction import run_features
+from vtrain.costmodel.correction import N_GLOBAL_INPUTS, N_TRUST_FEATURES, run_features, trust_features
 
 LEVEL = 0.9
 SETTINGS = ("single-node", "multi-node")
@@ -42,18 +42,27 @@ def conformal_bounds(scores, level: float = LEVEL) -> tuple[float, float]:
     return lo, hi
 
 
-def domain_distance(feature_range: dict | None, d, xp=np):
+def domain_distance(feature_range: dict | None, d, xp=np, trust_range: dict | None = None):
     """Per config: how far the global term's inputs (run_features) lie outside `feature_range`
     ({"min", "max"} of the training runs' features), as the Euclidean norm of the per-input excess in
-    doublings (log2 units; a 0/1 flag never seen in training counts 1). 0 inside the range, or when
-    there is no range (the analytical model)."""
+    doublings (log2 units; a 0/1 flag never seen in training counts 1). With `trust_range` (the trust
+    weight's range, correction.trust_features) the excess of the GPU and network figures and of the
+    execution flags beyond it counts too, so other hardware or another recipe widens the interval as
+    it fades the correction. 0 inside the range, or when there is no range (the analytical model)."""
     features = xp.asarray(run_features(d, xp)) * 4.0  # run_features divides log2 values by 4
     if feature_range is None:
         return xp.zeros(features.shape[:-1])
     lo = xp.asarray(feature_range["min"]) * 4.0
     hi = xp.asarray(feature_range["max"]) * 4.0
     excess = xp.maximum(lo - features, 0.0) + xp.maximum(features - hi, 0.0)
-    return xp.sqrt(xp.sum(excess * excess, axis=-1))
+    squared = xp.sum(excess * excess, axis=-1)
+    if trust_range is not None:
+        n = N_TRUST_FEATURES - N_GLOBAL_INPUTS  # the trust features that are not run features
+        extra = xp.asarray(trust_features(d, xp))[..., -n:]
+        lo, hi = xp.asarray(trust_range["min"])[-n:], xp.asarray(trust_range["max"])[-n:]
+        beyond = xp.maximum(lo - extra, 0.0) + xp.maximum(extra - hi, 0.0)
+        squared = squared + xp.sum(beyond * beyond, axis=-1)
+    return xp.sqrt(squared)
 
 
 def setting_of(num_gpus, gpus_per_node, xp=np):
@@ -92,10 +101,11 @@ def bounds(calibration: dict | None, time_s, num_gpus, gpus_per_node, distance, 
     return time_s * xp.exp(lo * w), time_s * xp.exp(hi * w)
 
 
-def interval_arrays(calibration: dict | None, feature_range: dict | None, d, time_s, xp=np) -> dict:
+def interval_arrays(calibration: dict | None, feature_range: dict | None, d, time_s, xp=np,
+                    trust_range: dict | None = None) -> dict:
     """{"low", "high", "distance", "widening"} arrays for configs `d` (a SimInput) predicted at
-    `time_s` seconds."""
-    distance = domain_distance(feature_range, d, xp)
+    `time_s` seconds (`feature_range`, `trust_range`: see `domain_distance`)."""
+    distance = domain_distance(feature_range, d, xp, trust_range)
     low, high = bounds(calibration, time_s, d.num_gpus, d.gpus_per_node, distance, xp)
     factor = widening(calibration or {}, distance, xp)
     return dict(low=low, high=high, distance=distance, widening=factor)

@@ -78,10 +78,15 @@ class Predictor:
         """The global term's training feature range (None for the analytical model)."""
         return ((self.correction or {}).get("feature_range") or {}).get("global")
 
+    @property
+    def trust_range(self) -> dict | None:
+        """The trust weight's training feature range (None for the analytical model)."""
+        return ((self.correction or {}).get("feature_range") or {}).get("trust")
+
     def interval(self, d, time_s, xp=np) -> dict:
         """{"low", "high", "distance", "widening"} arrays (seconds) for encoded configs `d` predicted
         at `time_s` (see costmodel/intervals.py); NaN bounds without a calibration."""
-        return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp)
+        return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp, self.trust_range)
 
     def simulate(self, d: dict, xp=np) -> dict:
         """Raw simulator output for an encoded batch (see simulator.simulate)."""

@@ -46,11 +46,25 @@ def test_domain_distance_counts_doublings_beyond_the_training_range():
 
     f = np.asarray(run_features(d, np))
     inside = dict(min=f.min(axis=0), max=f.max(axis=0))
+    pp1 = _configs(pp=1, tp=4)  # the range of two layouts (pp 1-2, layers/stage 12-24, tp 2-4)
+    f = np.concatenate([f, np.asarray(run_features(pp1, np))])
+    inside = dict(min=f.min(axis=0), max=f.max(axis=0))
     assert intervals.domain_distance(inside, d)[0] == 0.0
     assert intervals.domain_distance(None, d)[0] == 0.0
     # hidden 2048 -> 8192 is two doublings beyond a range that ends at 2048
     far = _configs(hidden_size=8192, num_attention_heads=64)
     assert intervals.domain_distance(inside, far)[0] == pytest.approx(2.0)
+    # with the trust range, other hardware and execution flags count too (in doublings; a flag 1)
+    from vtrain.costmodel.correction import trust_features
+
+    t = np.concatenate([np.asarray(trust_features(d, np)), np.asarray(trust_features(pp1, np))])
+    trusted = dict(min=t.min(axis=0), max=t.max(axis=0))
+    assert intervals.domain_distance(inside, d, np, trusted)[0] == 0.0
+    fsdp = _configs(zero_stage=3, pp=1, tp=4)  # two flags: ZeRO >= 1 and ZeRO-3 (layers/stage 24 is in range)
+    assert intervals.domain_distance(inside, fsdp)[0] == 0.0
+    assert intervals.domain_distance(inside, fsdp, np, trusted)[0] == pytest.approx(math.sqrt(2.0))
+    faster = _configs(peak_tflops=4 * 312.0)  # the 16-bit peak two doublings beyond the A100's
+    assert intervals.domain_distance(inside, faster, np, trusted)[0] == pytest.approx(2.0)
 
 
 def test_bounds_use_the_setting_and_widen_with_distance():

@@ -116,6 +116,12 @@ def test_predict_flags_inputs_outside_the_training_data(cli):
     h100 = cli("predict", "--model", "gpt3-13b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "2", "--pp", "2",
                "--global-batch", "16", "--recompute", "full")
     assert h100.returncode == 0 and "peak FLOP/s=9.89e+14 (trained 3.12e+14-3.12e+14)" in h100.stdout
+    fsdp = cli("predict", "--model", "gpt3-13b", "--gpu", "a100-80gb", "--num-gpus", "8", "--tp", "4", "--pp", "1",
+               "--global-batch", "16", "--recompute", "full", "--zero-stage", "3", "--json")
+    assert fsdp.returncode == 0 and json.loads(fsdp.stdout)["correction_weight"] < 0.2
+    text = cli("predict", "--model", "gpt3-13b", "--gpu", "a100-80gb", "--num-gpus", "8", "--tp", "4", "--pp", "1",
+               "--global-batch", "16", "--recompute", "full", "--zero-stage", "3").stdout
+    assert "with ZeRO-3 / FSDP (no training run had it)" in text
     none = cli("predict", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "3072", "--tp", "8", "--pp", "8",
                "--micro-batch", "1", "--global-batch", "6144", "--checkpoint", "none")
     assert none.returncode == 0 and "outside the training data" not in none.stdout

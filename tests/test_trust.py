@@ -45,6 +45,25 @@ def test_trust_weight_is_one_inside_the_range_and_exp_minus_u_squared_outside():
     assert trust_weight({}, inside, np)[0] == 1.0  # no stored range (an older fit): full weight
 
 
+def test_an_execution_flag_the_runs_never_had_counts_one_doubling_outside():
+    """ZeRO-3 / FSDP sets two flags (ZeRO >= 1, ZeRO-3): exp(-2) of the weight of the same config
+    without it; overlapping the gradient reduction is one more; a range that includes the flags keeps
+    the full weight."""
+    plain = encode([_cfg(num_gpus=8, tp=4, pp=1, global_batch=16)])
+    f = np.asarray(trust_features(plain, np))[0]
+    correction = {"feature_range": {"trust": {"min": f, "max": f}}}
+    assert trust_weight(correction, plain, np)[0] == 1.0
+    fsdp = encode([_cfg(num_gpus=8, tp=4, pp=1, global_batch=16, zero_stage=3)])
+    assert trust_weight(correction, fsdp, np)[0] == pytest.approx(math.exp(-2.0))
+    both = encode([_cfg(num_gpus=8, tp=4, pp=1, global_batch=16, zero_stage=3, overlap_grad_reduce=True)])
+    assert trust_weight(correction, both, np)[0] == pytest.approx(math.exp(-3.0))
+    seen = np.asarray(trust_features(fsdp, np))[0]
+    covering = {"feature_range": {"trust": {"min": np.minimum(f, seen), "max": np.maximum(f, seen)}}}
+    assert trust_weight(covering, fsdp, np)[0] == 1.0
+    names = [TRUST_FEATURE_NAMES[i] for i in np.flatnonzero(seen != f)]
+    assert names == ["ZeRO stage >= 1", "ZeRO-3 / FSDP"]
+
+
 @pytest.mark.skipif(data_root() is None, reason="needs the shared data (../shared/data or $VTRAIN_DATA)")
 def test_training_runs_are_inside_the_shipped_range_so_their_predictions_are_unchanged(shipped):
     root = data_root() / "vtrain"

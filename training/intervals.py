@@ -200,8 +200,8 @@ def coverage_report(cv: pd.DataFrame | None, runs: pd.DataFrame, published: pd.D
         out += _rows("combined (grouped CV)", covered, interval_width(cal, f["setting"], f["distance"]),
                      {s: f["setting"].to_numpy() == s for s in SETTINGS})
     if published is not None and len(published) and calibration and params is not None:
-        seen = ((params or {}).get("feature_range") or {}).get("global")
-        u = domain_distance(seen, encode_runs(published), np)
+        ranges = (params or {}).get("feature_range") or {}
+        u = domain_distance(ranges.get("global"), encode_runs(published), np, ranges.get("trust"))
         f = residual_frame(published.assign(predicted_s=predict_runs(published, params)), distance=u,
                            group_column="group")
         covered = coverage(f["log_ratio"], f["setting"], f["distance"], calibration)
