@@ -27,8 +27,10 @@ def evals_per_second(checkpoint: str, repeats: int = 5) -> None:
     d = S.encode_strategies(cfg, strategies)
     n = d.rows
     predictor = Predictor.load(checkpoint)
+    from vtrain.strategy.evaluation import NUMPY_MAX_ROWS, evaluate_numpy
+
     t1 = time.perf_counter()
-    S.evaluate(predictor, d.take(slice(0, S.BUCKETS[-1])))  # compile
+    S.evaluate(predictor, d.take(slice(0, NUMPY_MAX_ROWS + 1)))  # above the numpy limit: jitted, compiles
     t2 = time.perf_counter()
     runs = []
     for _ in range(repeats):
@@ -40,6 +42,10 @@ def evals_per_second(checkpoint: str, repeats: int = 5) -> None:
           f"(incl. imports), compile {t2 - t1:.2f} s")
     print(f"  after compile: {n / best:,.0f} evaluations/s (best of {repeats}; median {n / np.median(runs):,.0f})")
     print(f"  including compile: {n / (best + t2 - t1):,.0f} evaluations/s")
+    small = d.take(slice(0, 20_000))
+    numpy_s = _timed(lambda: evaluate_numpy(predictor, small))
+    print(f"  numpy float64 (what batches <= {NUMPY_MAX_ROWS:,} use, nothing to compile): "
+          f"{small.rows / numpy_s:,.0f} evaluations/s")
     mem = S.memory_bytes(d)
     print(f"  memory pre-filter (numpy float64): {n / _timed(lambda: S.memory_bytes(d)):,.0f} strategies/s; "
           f"{int((mem <= d.hbm_bytes).sum()):,} fit")
@@ -71,7 +77,7 @@ def main() -> None:
                 print(f"vtrain search MT-NLG 530B, {space}, checkpoint {checkpoint} (subprocess, JAX start included):")
                 extra = extra + ["--checkpoint", checkpoint]
                 cli_wall(MTNLG + extra + ["--no-sensitivity"], "0", "no compilation cache, --no-sensitivity")
-                cli_wall(MTNLG + extra, "0", "no compilation cache, with sensitivity (jax.grad)")
+                cli_wall(MTNLG + extra, "0", "no compilation cache, with the sensitivity table")
                 cli_wall(MTNLG + extra, cache, "persistent cache, first run")
                 cli_wall(MTNLG + extra, cache, "persistent cache, warm")
 
