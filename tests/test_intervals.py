@@ -67,6 +67,21 @@ def test_domain_distance_counts_doublings_beyond_the_training_range():
     assert intervals.domain_distance(inside, faster, np, trusted)[0] == pytest.approx(2.0)
 
 
+def test_fold_distances_measure_each_fold_as_a_prediction_would():
+    # a held-out fold whose runs used FSDP (ZeRO-3) when the other folds' runs did not lies sqrt(2)
+    # doublings outside (two flags), as `predict` would place it; layouts seen in training, 0
+    from vtrain.costmodel.encode import encode
+
+    cfgs = [dict(num_layers=24, hidden_size=2048, num_attention_heads=16, num_gpus=8, tp=tp, pp=1, global_batch=32,
+                 zero_stage=z) for tp, z in ((2, 0), (4, 0), (2, 3), (4, 3))]
+    d = encode([build_config(c) for c in cfgs])
+    fold = np.array([0, 0, 1, 1])
+    u = iv.fold_distances(d, fold)
+    assert u[2] == pytest.approx(math.sqrt(2.0)) and u[3] == pytest.approx(math.sqrt(2.0))
+    both = iv.fold_distances(d, np.array([0, 1, 1, 0]))  # each fold sees the other tp and ZeRO stage
+    np.testing.assert_array_equal(both, 0.0)
+
+
 def test_bounds_use_the_setting_and_widen_with_distance():
     cal = dict(level=0.9, widening=0.5, log_ratio={"single-node": [-0.1, 0.2], "multi-node": [-0.3, 0.4]})
     low, high = intervals.bounds(cal, np.array([10.0, 10.0, 10.0]), np.array([8, 64, 8]), np.array([8, 8, 8]),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vtrain.costmodel.correction import run_features
+from vtrain.costmodel.correction import run_features, trust_features
 from vtrain.costmodel.intervals import LEVEL, SETTINGS, conformal_bounds, domain_distance, widening
 
 WIDENINGS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)  # candidate g, in ascending order
@@ -95,14 +95,18 @@ def interval_width(calibration: dict, setting, distance) -> np.ndarray:
 
 def fold_distances(runs_d, fold_of: np.ndarray) -> np.ndarray:
     """Each row's domain distance from the training runs of its fold's model (all rows not in the
-    fold): the global term's feature range of those runs, as `fit` stores it."""
+    fold): the global term's and the trust weight's feature ranges of those runs, as `fit` stores
+    them and as a prediction measures it (so other hardware or an execution flag the fold's runs
+    never had widens the held-out score as it widens a prediction)."""
     features = np.asarray(run_features(runs_d, np))
+    trusted = np.asarray(trust_features(runs_d, np))
     out = np.zeros(len(fold_of))
     for fold in np.unique(fold_of):
         test = fold_of == fold
         if (~test).any():
             seen = dict(min=features[~test].min(axis=0), max=features[~test].max(axis=0))
-            out[test] = domain_distance(seen, runs_d.take(test), np)
+            seen_trust = dict(min=trusted[~test].min(axis=0), max=trusted[~test].max(axis=0))
+            out[test] = domain_distance(seen, runs_d.take(test), np, seen_trust)
     return out
 
 
