@@ -187,13 +187,25 @@ def _outside_line(predictor, cfg, weight: float | None) -> str:
     if not items:
         return ""
 
-    def num(v: float) -> str:  # counts plainly, speeds (FLOP/s, bytes/s) in 3 digits
-        return f"{v:g}" if abs(v) < 1e7 else f"{v:.3g}"
+    # the hardware figures in the units the config gives them (out_of_domain reports FLOP/s and bytes/s)
+    units = {"peak FLOP/s": ("peak TFLOP/s", 1e-12), "HBM bytes/s": ("HBM GB/s", 1e-9),
+             "intra-node bytes/s": ("intra-node GB/s", 1e-9), "inter-node bytes/s": ("inter-node Gb/s", 8e-9)}
+    recompute_names = {0: "none", 1: "selective", 2: "full"}  # the recompute feature's levels
+
+    def num(v: float) -> str:  # whole numbers plainly (hidden=12288), others in 4 digits
+        return f"{round(v):d}" if abs(v - round(v)) < 1e-6 * max(1.0, abs(v)) else f"{v:.4g}"
+
+    def span(lo: str, hi: str) -> str:
+        return lo if lo == hi else f"{lo}-{hi}"
 
     def part(name, v, lo, hi) -> str:
-        if name in flags:
+        if name in flags or name == "sequence_parallel":
             return f"with {name} (no training run had it)" if v > 0 else f"without {name} (every training run had it)"
-        return f"{name}={num(v)} (trained {num(lo)}-{num(hi)})"
+        if name == "recompute":
+            names = [recompute_names.get(int(round(x)), f"{x:g}") for x in (v, lo, hi)]
+            return f"recompute={names[0]} (trained {span(names[1], names[2])})"
+        label, scale = units.get(name, (name, 1.0))
+        return f"{label}={num(v * scale)} (trained {span(num(lo * scale), num(hi * scale))})"
 
     parts = ", ".join(part(*item) for item in items)
     dp_note = (" (dp beyond the runs enters through the modelled collectives only)"

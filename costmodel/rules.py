@@ -266,6 +266,13 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     def _mp(i):  # 'tp*pp' or 'tp*pp*cp' (with its value) for messages
         return ("tp*pp", tp[i] * pp[i]) if cp[i] == 1 else ("tp*pp*cp", tp[i] * pp[i] * cp[i])
 
+    # tp must split the heads: checked before the GPU count, so a tp that cannot work is named as such
+    # (not as a GPU count that tp*pp does not divide)
+    E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: f"{tp[i]} does not divide num_attention_heads={heads[i]}; "
+                                                         f"use tp in {fmt_choices(divisors(heads[i]))}")
+    ok = E.ok
+    E.fail((kv % _safe(tp, ok) != 0) & (tp % _safe(kv, ok) != 0), "tp",
+           lambda i: f"{tp[i]} neither divides nor is a multiple of num_kv_heads={kv[i]}")
     dp = np.where((dp == 0) & (num_gpus == 0), 1, dp)
     derive = dp == 0
     E.fail(derive & (num_gpus % tpp != 0), "num_gpus",
@@ -292,11 +299,6 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
     E.fail(ctx & (attention != 0), "cp",
            lambda i: f"{cp[i]} needs attention=flash (ring attention runs FlashAttention on K/V chunks); set "
                      "attention=flash or cp=1")
-    E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: f"{tp[i]} does not divide num_attention_heads={heads[i]}; "
-                                                         f"use tp in {fmt_choices(divisors(heads[i]))}")
-    ok = E.ok
-    E.fail((kv % _safe(tp, ok) != 0) & (tp % _safe(kv, ok) != 0), "tp",
-           lambda i: f"{tp[i]} neither divides nor is a multiple of num_kv_heads={kv[i]}")
     schedule = f["schedule"]
     E.fail(schedule < 0, "schedule",
            lambda i: f"'{_text(text, 'schedule', i, schedule[i])}' is unknown; use one of {', '.join(SCHEDULES)}")

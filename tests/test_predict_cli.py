@@ -43,6 +43,7 @@ def test_table_output_and_presets(cli):
 @pytest.mark.parametrize("args, field", [
     (["--model", "gpt3-175b", "--num-gpus", "100", "--tp", "8"], "num_gpus"),
     (["--model", "gpt3-175b", "--tp", "7", "--num-gpus", "7"], "tp"),
+    (["--model", "gpt3-175b", "--tp", "7", "--num-gpus", "1024"], "tp: 7 does not divide num_attention_heads=96"),
     (["--model", "gpt3-175b", "--gpu", "a200"], "gpu"),
     (["--model", "not-a-model"], "model"),
     (["missing-file.toml"], "config"),
@@ -109,13 +110,15 @@ def test_predict_flags_inputs_outside_the_training_data(cli):
     assert far.returncode == 0, far.stderr
     line = [x for x in far.stdout.splitlines() if x.startswith("outside the training data")]
     assert len(line) == 1 and "hidden=12288" in line[0]
+    # inputs named as the config gives them, not as feature codes
+    assert "recompute=selective (trained full)" in line[0] and "with sequence_parallel (no training run had it)" in line[0]
     weight = json.loads(cli("predict", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--num-gpus", "3072", "--tp", "8",
                             "--pp", "8", "--micro-batch", "1", "--global-batch", "6144", "--recompute", "selective",
                             "--sequence-parallel", "--json").stdout)["correction_weight"]
     assert 0 < weight < 1 and f"applied at {weight:.0%} weight" in line[0]
     h100 = cli("predict", "--model", "gpt3-13b", "--gpu", "h100-sxm", "--num-gpus", "8", "--tp", "2", "--pp", "2",
                "--global-batch", "16", "--recompute", "full")
-    assert h100.returncode == 0 and "peak FLOP/s=9.89e+14 (trained 3.12e+14-3.12e+14)" in h100.stdout
+    assert h100.returncode == 0 and "peak TFLOP/s=989 (trained 312)" in h100.stdout
     fsdp = cli("predict", "--model", "gpt3-13b", "--gpu", "a100-80gb", "--num-gpus", "8", "--tp", "4", "--pp", "1",
                "--global-batch", "16", "--recompute", "full", "--zero-stage", "3", "--json")
     assert fsdp.returncode == 0 and json.loads(fsdp.stdout)["correction_weight"] < 0.2

@@ -37,6 +37,7 @@ def test_bad_requests_are_user_errors():
     runner = CliRunner()
     for args, text in ((SMALL + ["--num-gpus", "29"], "no valid strategy for 29 GPUs"),  # 7 works: pp=7
                        (SMALL, "give --num-gpus N"),
+                       (SMALL + ["--num-gpus", "8", "--tp", "3"], "--tp: 3 does not divide num_attention_heads="),
                        (SMALL + ["--num-gpus", "8", "--max-gpus", "16"], "not both"),
                        (SMALL + ["--num-gpus", "8", "--objective", "speed"], "--objective")):
         res = runner.invoke(app, args)
