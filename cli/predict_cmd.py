@@ -166,12 +166,10 @@ def _correction_weight(predictor, cfg) -> float | None:
     """The learned correction's trust weight for `cfg` (1 inside the training runs), None when analytical."""
     import numpy as np
 
-    from vtrain.costmodel.correction import trust_weight
     from vtrain.costmodel.encode import encode
 
-    if predictor.correction is None:
-        return None
-    return float(np.asarray(trust_weight(predictor.correction, encode([cfg]), np)).reshape(-1)[0])
+    weight = predictor.correction_weight(encode([cfg]), np)
+    return None if weight is None else float(np.asarray(weight).reshape(-1)[0])
 
 
 def _outside_line(predictor, cfg, weight: float | None) -> str:

@@ -207,6 +207,13 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                      f"search {sum(v for k, v in t.items() if k.endswith('_s')):.2f} s. "
                      "'limited by' = largest non-compute share of the iteration\n" + gpu_line(c))
     console.print(table)
+    faded = [r for r in result.top if r.get("correction_weight") is not None and r["correction_weight"] < 0.5]
+    if faded:
+        weights = sorted(r["correction_weight"] for r in faded)
+        span = f"{weights[0]:.0%}" if weights[0] == weights[-1] else f"{weights[0]:.0%}-{weights[-1]:.0%}"
+        console.print(f"outside the training data: {', '.join('#' + str(r['rank']) for r in faded)} (correction weight "
+                      f"{span}): mostly the analytical model's answer; `vtrain predict` with a row's settings names "
+                      "the inputs (correction_weight in --json/--csv)", highlight=False, soft_wrap=True)
     if sens:
         st = Table(title="sensitivity at #1 (d log time / d log degree, relaxed degrees, global batch fixed)")
         for col in ("knob", "value", "d ln time / d ln knob", "time if doubled", "d ln cost / d ln knob"):

@@ -43,6 +43,9 @@ class Prediction:
     iteration_time_s_high: float = float("nan")
     interval_level: float = intervals.LEVEL
     interval_widening: float = 1.0
+    # The share of the learned correction applied (1 inside the training runs, towards 0 outside;
+    # None for the analytical model).
+    correction_weight: float | None = None
 
     def training_cost(self, tokens: float, price_per_gpu_hour: float = 0.0) -> TrainingCost:
         return cost.training_cost(self.iteration_time_s, self.config.parallel.num_gpus,
@@ -88,6 +91,15 @@ class Predictor:
         at `time_s` (see costmodel/intervals.py); NaN bounds without a calibration."""
         return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp, self.trust_range)
 
+    def correction_weight(self, d, xp=np):
+        """Per encoded config, the share of the learned correction applied (1 inside the training runs,
+        towards 0 outside them; correction.trust_weight); None for the analytical model."""
+        if self.correction is None:
+            return None
+        from vtrain.costmodel.correction import trust_weight
+
+        return trust_weight(self.correction, d, xp)
+
     def simulate(self, d: dict, xp=np) -> dict:
         """Raw simulator output for an encoded batch (see simulator.simulate)."""
         return simulate(d, self.correction, xp=xp, allreduce_table=self.allreduce_table)
@@ -98,6 +110,8 @@ class Predictor:
         d = encode(configs)
         out = self.simulate(d)
         band = self.interval(d, out["iteration_time_s"])
+        weight = self.correction_weight(d)
+        weight = None if weight is None else np.broadcast_to(np.asarray(weight, dtype=np.float64), d.tp.shape)
         results = []
         for i, config in enumerate(configs):
             results.append(Prediction(
@@ -117,6 +131,7 @@ class Predictor:
                 iteration_time_s_high=float(band["high"][i]),
                 interval_level=float((self.calibration or {}).get("level", intervals.LEVEL)),
                 interval_widening=float(np.broadcast_to(band["widening"], d.tp.shape)[i]),
+                correction_weight=None if weight is None else float(weight[i]),
             ))
         return results
 

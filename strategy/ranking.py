@@ -96,6 +96,8 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
     out = predictor.simulate(d)
     n = len(sub["tp"])
     low, high = interval_bounds(predictor, d, out["iteration_time_s"])
+    weight = predictor.correction_weight(d) if hasattr(predictor, "correction_weight") else None
+    weight = None if weight is None else np.broadcast_to(np.asarray(weight, dtype=np.float64), (n,))
     tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
     rows = []
     for j in range(n):
@@ -115,6 +117,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
             sequence_parallel=values["sequence_parallel"], zero_stage=int(sub["zero_stage"][j]),
             ep=int(sub["ep"][j]),
             iteration_time_s=t, iteration_time_s_low=_number(low[j]), iteration_time_s_high=_number(high[j]),
+            correction_weight=None if weight is None else float(weight[j]),
             tokens_per_s=tokens_per_iter / t, mfu=float(out["mfu"][j]),
             memory_gib=mem / GiB, gpu_memory_gib=cap / GiB, memory_headroom_pct=100.0 * (1.0 - mem / cap),
             fits_memory=bool(out["fits_memory"][j]), gpu_hours=c.gpu_hours, cost=c.cost, train_days=c.train_days,

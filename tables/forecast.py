@@ -6,7 +6,9 @@
 Every input column is kept (in order, rows in order) and these are added:
 iteration_time_s with its 90 % prediction interval iteration_time_s_low / _high (null when the
 checkpoint has no calibration; costmodel/intervals.py), tokens_per_s, mfu, memory_gib_per_gpu,
-fits_memory; with a `tokens` column
+fits_memory, correction_weight (the share of the learned correction applied: 1 inside the training
+runs, towards 0 outside, where the answer is mostly the analytical model's; null for the analytical
+model); with a `tokens` column
 also train_days, gpu_hours and cost (gpu_hours * price_per_gpu_hour, from the row's column or
 the default price); and `error`, the reason a row could not be forecast (null when it could).
 Invalid rows keep their place with null results.
@@ -40,7 +42,7 @@ from vtrain.costmodel.units import GiB
 from vtrain.tables.columns import PRESET_COLUMN, as_text_if_nested, check_columns, encode_table
 
 RESULT_COLUMNS = ("iteration_time_s", "iteration_time_s_low", "iteration_time_s_high", "tokens_per_s", "mfu",
-                  "memory_gib_per_gpu", "fits_memory")
+                  "memory_gib_per_gpu", "fits_memory", "correction_weight")
 COST_COLUMNS = ("train_days", "gpu_hours", "cost")
 ERROR_COLUMN = "error"
 TOKENS_COLUMN, PRICE_COLUMN, TEAM_COLUMN = "tokens", "price_per_gpu_hour", "team"
@@ -173,6 +175,17 @@ def _first_error(errors: np.ndarray, new_mask: np.ndarray, make) -> None:
         errors[i] = make(i)
 
 
+def _weight_column(predictor, d, n: int, bad) -> pa.Array:
+    """The learned correction's weight per row (1 inside the training runs, towards 0 outside; null
+    for the analytical model and for rows with an error)."""
+    weight = predictor.correction_weight(d) if n and predictor.correction is not None else None
+    if weight is None:
+        return pa.nulls(n, type=pa.float64())
+    with np.errstate(all="ignore"):
+        values = np.broadcast_to(np.asarray(weight, dtype=np.float64), (n,))
+    return pa.array(values, mask=np.asarray(bad) | ~np.isfinite(values), type=pa.float64())
+
+
 def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: float | None = None) -> pa.Table:
     """Forecast every row of `batch`; returns its columns plus the result columns."""
     if isinstance(batch, pa.RecordBatch):
@@ -219,6 +232,7 @@ def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: f
         "mfu": pa.array(np.asarray(res["mfu"], np.float64), mask=bad, type=pa.float64()),
         "memory_gib_per_gpu": pa.array(np.asarray(res["memory"], np.float64) / GiB, mask=bad, type=pa.float64()),
         "fits_memory": pa.array(np.asarray(res["fits_memory"], bool), mask=bad, type=pa.bool_()),
+        "correction_weight": _weight_column(evaluator.predictor, d, n, bad),
     }
     if has_tokens:
         no_tokens = bad | ~tok_present

@@ -189,7 +189,29 @@ def test_forecast_rows_carry_the_same_interval_as_predict():
             p = vtrain.predict(vtrain.load_config(**jobs.iloc[i].to_dict()), checkpoint=checkpoint)
             assert out["iteration_time_s_low"][i] == pytest.approx(p.iteration_time_s_low, rel=1e-9), checkpoint
             assert out["iteration_time_s_high"][i] == pytest.approx(p.iteration_time_s_high, rel=1e-9), checkpoint
+            if checkpoint == "none":  # the analytical model has no learned correction to weigh
+                assert p.correction_weight is None and pd.isna(out["correction_weight"][i])
+            else:
+                assert out["correction_weight"][i] == pytest.approx(p.correction_weight, rel=1e-12)
         assert pd.isna(out["iteration_time_s_low"][2]) and out["error"][2]  # tp=3 does not divide: no interval
+        assert pd.isna(out["correction_weight"][2])
+    # inside vTrain's runs (8 A100s, 1F1B, no ZeRO, full recompute) the whole correction; GPT-3 175B on
+    # 3,072 GPUs less (its hidden size is beyond the runs)
+    out = vtrain.forecast(jobs.assign(recompute="full"), checkpoint="default")
+    assert out["correction_weight"][0] == 1.0 and out["correction_weight"][1] < 0.9  # hidden 12288 > 8192
+
+
+def test_search_rows_carry_the_correction_weight_predict_reports():
+    import vtrain
+
+    cfg = vtrain.load_config(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=16, global_batch=64)
+    result = vtrain.search(cfg, checkpoint="default", max_gpus=16, min_gpus=8, top=6, max_micro_batch=2)
+    assert len(result.top) == 6
+    for r in result.top:
+        p = vtrain.predict(vtrain.load_config(**r["config"]), checkpoint="default")
+        assert r["correction_weight"] == pytest.approx(p.correction_weight, rel=1e-12)
+    assert all(r["correction_weight"] is None for r in
+               vtrain.search(cfg, checkpoint="none", max_gpus=16, min_gpus=8, top=3, max_micro_batch=2).top)
 
 
 def test_search_ranks_by_the_upper_bound_with_time_p90():
