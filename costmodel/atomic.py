@@ -5,14 +5,13 @@ A failure (or interrupt) part-way leaves any existing file untouched and no temp
 """
 from __future__ import annotations
 
-import errno
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from vtrain.costmodel.errors import file_error, user_file
+from vtrain.costmodel.errors import ParameterError, UserError, user_file
 
 
 @contextmanager
@@ -27,9 +26,10 @@ def atomic_path(path: str | os.PathLike, what: str = "output", create_folder: bo
     errors are ParameterErrors (errors.file_error)."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
-    if not create_folder and not folder.is_dir():  # the user_file wording: "cannot write 'p' (No such file ...)"
-        missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(folder))
-        raise file_error(missing, path, what, "write", parameter)
+    if not create_folder and not folder.is_dir():
+        detail = (f"cannot write '{path}': the folder '{folder}' does not exist; create it first "
+                  f"(mkdir -p '{folder}') or choose an existing folder")
+        raise ParameterError(what, detail) if parameter else UserError(f"{what}: {detail}")
     with user_file(path, what, "write", parameter):
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.stem}.", suffix=suffix or path.suffix or ".tmp")

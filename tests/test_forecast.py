@@ -192,6 +192,17 @@ def test_missing_column_fails_without_touching_existing_output(tmp_path, capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.parquet", "out.parquet"]
 
 
+def test_an_output_folder_that_does_not_exist_is_named_not_created(tmp_path, capsys):
+    # a long forecast into a mistyped folder fails at once, saying so (search's -o creates folders;
+    # forecast does not, so a typo does not scatter results)
+    src = tmp_path / "jobs.parquet"
+    _jobs(5).to_parquet(src, index=False)
+    code, out, err = _run(["forecast", str(src), "-o", str(tmp_path / "typo" / "out.csv"), "-c", "none"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "does not exist; create it first" in lines[0] and "typo" in lines[0]
+    assert not (tmp_path / "typo").exists()
+
+
 def test_failure_mid_stream_leaves_existing_output(tmp_path, monkeypatch):
     jobs = _jobs(30)
     src, dst = tmp_path / "jobs.parquet", tmp_path / "out.parquet"
