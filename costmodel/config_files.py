@@ -403,4 +403,22 @@ def resolve_config_assumed(path: str | Path | None = None, model: str | None = N
     cfg = build_config(values)
     implied = [a for a in source.assumed if a["field"] not in later]
     implied_fields = {a["field"] for a in implied}
-    return cfg, implied + [a for a in assumed_defaults(given | set(later), cfg) if a["field"] not in implied_fields]
+    alias = _gpu_alias(values.get("gpu"), cfg.cluster.gpu)
+    return cfg, implied + alias + [a for a in assumed_defaults(given | set(later), cfg) if a["field"] not in implied_fields]
+
+
+def _gpu_alias(given, preset: str) -> list[dict]:
+    """An assumed entry when the GPU was named by its bare family ('a100' -> a100-80gb, 'h100' ->
+    h100-sxm: a choice between parts), with the presets of the same family it could also have meant;
+    [] when it was named exactly or by an unambiguous alias ('a100-sxm4-80gb'), or not at all."""
+    from vtrain.costmodel.hardware import GPUS
+
+    if not isinstance(given, str):
+        return []
+    name = given.strip().lower()
+    if name == preset or "-" in name or "-" not in preset:
+        return []
+    family = preset.split("-")[0]
+    others = [name for name in GPUS if name != preset and name.split("-")[0] == family]
+    also = f"; for {' or '.join(others)} give it by name" if others else ""
+    return [dict(field="gpu", value=preset, reason=f"'{given}' names the {preset} preset{also}")]

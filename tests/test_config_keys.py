@@ -244,6 +244,13 @@ def test_nothing_assumed_when_everything_is_given(tmp_path):
     path.write_text('model = "gpt3-1.3b"\nattention = "unfused"\n[parallel]\nnum_gpus = 8\ntp = 2\n'
                     'micro_batch = 2\nglobal_batch = 64\n'
                     'recompute = "selective"\nzero_stage = 1\nsequence_parallel = true\n'
-                    '[cluster]\ngpu = "h100"\nprecision = "bf16"\n')
+                    '[cluster]\ngpu = "h100-sxm"\nprecision = "bf16"\n')
     _, assumed = resolve_config_assumed(path)
     assert assumed == []
+    # a bare family name is a choice between parts: stated, with the other presets of the family
+    path.write_text(path.read_text().replace('"h100-sxm"', '"h100"'))
+    _, assumed = resolve_config_assumed(path)
+    assert [(a["field"], a["value"]) for a in assumed] == [("gpu", "h100-sxm")]
+    _, assumed = resolve_config_assumed(None, "gpt3-1.3b", dict(gpu="a100", num_gpus=8, global_batch=64))
+    gpu = [a for a in assumed if a["field"] == "gpu"]
+    assert gpu and gpu[0]["value"] == "a100-80gb" and "a100-40gb" in gpu[0]["reason"]
