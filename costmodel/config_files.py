@@ -419,6 +419,6 @@ def _gpu_alias(given, preset: str) -> list[dict]:
     if name == preset or "-" in name or "-" not in preset:
         return []
     family = preset.split("-")[0]
-    others = [name for name in GPUS if name != preset and name.split("-")[0] == family]
+    others = [other for other in GPUS if other != preset and other.split("-")[0] == family]
     also = f"; for {' or '.join(others)} give it by name" if others else ""
     return [dict(field="gpu", value=preset, reason=f"'{given}' names the {preset} preset{also}")]
