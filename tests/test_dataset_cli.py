@@ -9,7 +9,7 @@ from vtrain.dataset import store
 
 GT = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
       "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)\n"
-      "8,32,4,1024,16,24,1024,2,2,2,219.5\n8,32,4,1024,16,24,1024,3,1,2,100.0\n2,16,8,1024,16,24,1024,1,1,2,-3\n")
+      "8,32,4,1024,16,24,1024,2,2,2,219.5\n8,32,4,1024,16,24,1024,4,1,1,100.0\n2,16,8,1024,16,24,1024,1,1,2,-3\n")
 LUT = "size(B),count,type,time(ns),busbw(GB/s),time(ns),busbw(GB/s)\n1048576,262144,float,92790,19.78,92150,19.91\n"
 
 _register_commands()

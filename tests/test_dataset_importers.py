@@ -28,7 +28,7 @@ def run(path):
 def test_vtrain_ground_truth_bom_crlf(tmp_path):
     path = write(tmp_path / "ground_truth_single.csv", GT_HEADER + "\n"
                  "8,32,4,1024,16,24,1024,2,2,2,219.5\n"      # ok
-                 "8,32,4,1024,16,24,1024,3,1,2,100.0\n"      # tp*pp*dp != num_gpus
+                 "8,32,4,1024,16,24,1024,4,1,1,100.0\n"      # tp*pp*dp != num_gpus
                  "4,16,2,1024,16,24,2048,1,4,1,0\n", bom=True, crlf=True)
     res = run(path)
     assert res.format == "vtrain_ground_truth"
