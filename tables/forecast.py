@@ -415,6 +415,22 @@ class CheckedBatches:
         return batch
 
 
+def _csv_error_line(path: Path, message: str) -> str:
+    """' at line N' for a pyarrow CSV parse error that quotes the offending row ("...: <row>"), found by
+    reading the file for that row (only on an error, so no cost otherwise); '' when it is not found."""
+    if "CSV parse error" not in message or ": " not in message.split("CSV parse error", 1)[1][2:]:
+        return ""
+    row = message.split("CSV parse error", 1)[1][2:].split(": ", 1)[1].rstrip("\r\n")
+    try:
+        with open(path, "rb") as fh:
+            for number, line in enumerate(fh, start=1):
+                if line.rstrip(b"\r\n").decode("utf-8", "replace") == row:
+                    return f" at line {number}"
+    except OSError:
+        pass
+    return ""
+
+
 def _iter_input(path: Path, fmt: str, chunk_rows: int):
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -437,7 +453,9 @@ def _iter_input(path: Path, fmt: str, chunk_rows: int):
         _check_unique(path, pcsv.read_csv(pa.py_buffer(header)).schema.names if header.strip() else [])
         names, types, rows = _csv_types(path, block)
     except pa.ArrowInvalid as err:
-        raise ParameterError("input_path", f"'{path}' is not a readable CSV file ({err})") from None
+        where = _csv_error_line(path, str(err))
+        fix = "; fix that line (one value per column of the header)" if where else ""
+        raise ParameterError("input_path", f"'{path}' is not a readable CSV file{where} ({err}){fix}") from None
     convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=True)
     reader = pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=block), convert_options=convert)
     return rows, names, reader

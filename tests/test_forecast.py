@@ -203,6 +203,17 @@ def test_an_output_folder_that_does_not_exist_is_named_not_created(tmp_path, cap
     assert not (tmp_path / "typo").exists()
 
 
+def test_a_malformed_csv_line_is_named_by_its_number(tmp_path, capsys):
+    src, dst = tmp_path / "jobs.csv", tmp_path / "out.csv"
+    good = "gpt3-1.3b,8,1,1,64\n"
+    src.write_text("model,num_gpus,tp,pp,global_batch\n" + good * 3 + "gpt3-1.3b,8,1,1,64,7\n" + good)
+    dst.write_bytes(b"previous results")
+    code, out, err = _run(["forecast", str(src), "-o", str(dst), "-c", "none"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "at line 5" in lines[0] and "Expected 5 columns, got 6" in lines[0]
+    assert dst.read_bytes() == b"previous results"
+
+
 def test_failure_mid_stream_leaves_existing_output(tmp_path, monkeypatch):
     jobs = _jobs(30)
     src, dst = tmp_path / "jobs.parquet", tmp_path / "out.parquet"
