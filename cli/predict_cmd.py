@@ -164,12 +164,10 @@ def _json_number(value: float):
 
 def _correction_weight(predictor, cfg) -> float | None:
     """The learned correction's trust weight for `cfg` (1 inside the training runs), None when analytical."""
-    import numpy as np
-
     from vtrain.costmodel.encode import encode
 
-    weight = predictor.correction_weight(encode([cfg]), np)
-    return None if weight is None else float(np.asarray(weight).reshape(-1)[0])
+    weight = predictor.correction_weight(encode([cfg]))
+    return None if weight is None else float(weight[0])
 
 
 def _outside_line(predictor, cfg, weight: float | None) -> str:

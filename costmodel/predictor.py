@@ -91,14 +91,15 @@ class Predictor:
         at `time_s` (see costmodel/intervals.py); NaN bounds without a calibration."""
         return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp, self.trust_range)
 
-    def correction_weight(self, d, xp=np):
-        """Per encoded config, the share of the learned correction applied (1 inside the training runs,
-        towards 0 outside them; correction.trust_weight); None for the analytical model."""
+    def correction_weight(self, d) -> np.ndarray | None:
+        """Per encoded config (float64, one per row), the share of the learned correction applied (1
+        inside the training runs, towards 0 outside them; correction.trust_weight); None for the
+        analytical model."""
         if self.correction is None:
             return None
         from vtrain.costmodel.correction import trust_weight
 
-        return trust_weight(self.correction, d, xp)
+        return np.asarray(trust_weight(self.correction, d, np), dtype=np.float64)
 
     def simulate(self, d: dict, xp=np) -> dict:
         """Raw simulator output for an encoded batch (see simulator.simulate)."""
@@ -111,7 +112,6 @@ class Predictor:
         out = self.simulate(d)
         band = self.interval(d, out["iteration_time_s"])
         weight = self.correction_weight(d)
-        weight = None if weight is None else np.broadcast_to(np.asarray(weight, dtype=np.float64), d.tp.shape)
         results = []
         for i, config in enumerate(configs):
             results.append(Prediction(

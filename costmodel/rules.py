@@ -83,6 +83,12 @@ GPU_FIGURES = {
 }
 
 
+def tp_heads_message(tp, heads: int) -> str:
+    """Why a tp cannot split the attention heads, and the tp values that can (`tp`: a degree, or the
+    text of several)."""
+    return f"{tp} does not divide num_attention_heads={heads}; use tp in {fmt_choices(divisors(heads))}"
+
+
 def divisors(n: int) -> list[int]:
     """Every positive divisor of n, ascending (O(sqrt n), so huge values stay fast)."""
     n = int(n)
@@ -268,8 +274,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
 
     # tp must split the heads: checked before the GPU count, so a tp that cannot work is named as such
     # (not as a GPU count that tp*pp does not divide)
-    E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: f"{tp[i]} does not divide num_attention_heads={heads[i]}; "
-                                                         f"use tp in {fmt_choices(divisors(heads[i]))}")
+    E.fail(heads % _safe(tp, E.ok) != 0, "tp", lambda i: tp_heads_message(tp[i], heads[i]))
     ok = E.ok
     E.fail((kv % _safe(tp, ok) != 0) & (tp % _safe(kv, ok) != 0), "tp",
            lambda i: f"{tp[i]} neither divides nor is a multiple of num_kv_heads={kv[i]}")

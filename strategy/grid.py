@@ -329,8 +329,7 @@ def explain_no_strategy(cfg: TrainConfig, space: SearchSpace) -> str:
     m, batch = cfg.model, cfg.parallel.global_batch
     if space.tp is not None and not any(m.num_attention_heads % t == 0 for t in space.tp):
         # every tp asked for is impossible whatever the GPU count: name the option, not the count
-        return (f"--tp: {', '.join(str(t) for t in space.tp)} does not divide num_attention_heads="
-                f"{m.num_attention_heads}; use tp in {fmt_choices(divisors(m.num_attention_heads))}")
+        return "--tp: " + rules.tp_heads_message(", ".join(str(t) for t in space.tp), m.num_attention_heads)
     gpus = f"{space.num_gpus} GPUs" if space.num_gpus is not None else f"{space.min_gpus}..{space.max_gpus} GPUs"
     rule = (f"tp*pp*cp*dp must equal the GPU count with tp dividing heads={m.num_attention_heads}"
             f"{' (tp<=' + str(space.max_tp) + ')' if space.max_tp else ''}, pp <= layers={m.num_layers}"

@@ -96,8 +96,7 @@ def exact_rows(predictor, cfg: TrainConfig, strategies: dict, index, price: floa
     out = predictor.simulate(d)
     n = len(sub["tp"])
     low, high = interval_bounds(predictor, d, out["iteration_time_s"])
-    weight = predictor.correction_weight(d) if hasattr(predictor, "correction_weight") else None
-    weight = None if weight is None else np.broadcast_to(np.asarray(weight, dtype=np.float64), (n,))
+    weight = predictor.correction_weight(d)
     tokens_per_iter = cfg.parallel.global_batch * cfg.model.seq_len
     rows = []
     for j in range(n):

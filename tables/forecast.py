@@ -178,12 +178,13 @@ def _first_error(errors: np.ndarray, new_mask: np.ndarray, make) -> None:
 def _weight_column(predictor, d, n: int, bad) -> pa.Array:
     """The learned correction's weight per row (1 inside the training runs, towards 0 outside; null
     for the analytical model and for rows with an error)."""
-    weight = predictor.correction_weight(d) if n and predictor.correction is not None else None
+    if not n:
+        return pa.nulls(0, type=pa.float64())
+    with np.errstate(all="ignore"):  # rows with errors hold placeholder values; masked below
+        weight = predictor.correction_weight(d)
     if weight is None:
         return pa.nulls(n, type=pa.float64())
-    with np.errstate(all="ignore"):
-        values = np.broadcast_to(np.asarray(weight, dtype=np.float64), (n,))
-    return pa.array(values, mask=np.asarray(bad) | ~np.isfinite(values), type=pa.float64())
+    return pa.array(weight, mask=np.asarray(bad) | ~np.isfinite(weight), type=pa.float64())
 
 
 def forecast_chunk(batch: pa.RecordBatch | pa.Table, evaluator, default_price: float | None = None) -> pa.Table:
@@ -418,9 +419,11 @@ class CheckedBatches:
 def _csv_error_line(path: Path, message: str) -> str:
     """' at line N' for a pyarrow CSV parse error that quotes the offending row ("...: <row>"), found by
     reading the file for that row (only on an error, so no cost otherwise); '' when it is not found."""
-    if "CSV parse error" not in message or ": " not in message.split("CSV parse error", 1)[1][2:]:
+    _, marker, detail = message.partition("CSV parse error: ")  # "Expected 5 columns, got 6: <row>"
+    _, quoted, row = detail.partition(": ")
+    if not (marker and quoted):
         return ""
-    row = message.split("CSV parse error", 1)[1][2:].split(": ", 1)[1].rstrip("\r\n")
+    row = row.rstrip("\r\n")
     try:
         with open(path, "rb") as fh:
             for number, line in enumerate(fh, start=1):
