@@ -37,6 +37,30 @@ def _register_commands() -> None:
     from vtrain.cli import calibrate_cmd  # noqa: F401
 
 
+# click's exception base (typer >= 0.16 vendors click as typer._click; older typer uses click itself).
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+def usage_error_line(err, argv: list[str]) -> str:
+    """One line for a command-line usage error (an unknown flag, a value of the wrong type, a missing
+    argument): click's message and where the help is, instead of click's three-line usage block."""
+    ctx = getattr(err, "ctx", None)
+    path = ctx.command_path if ctx is not None else _command_path(argv)
+    return f"error: {err.format_message()} (see '{path} --help')"
+
+
+def _command_path(argv: list[str]) -> str:
+    """`vtrain` plus the (sub)command names that lead argv, for errors click raises without a context."""
+    path, group = ["vtrain"], typer.main.get_command(app)
+    for word in argv:
+        command = getattr(group, "commands", {}).get(word)
+        if command is None:
+            break
+        path.append(word)
+        group = command
+    return " ".join(path)
+
+
 class Terminated(SystemExit):
     """SIGTERM, raised as an exception (like Ctrl-C) so the same clean-up runs: temporary files are
     removed and nothing is half-written. A SystemExit, so typer passes it through (exit code 143)."""
@@ -47,15 +71,31 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: runs the app, turning user errors into one line + exit 2.
-    SIGTERM is handled like SIGINT: the interrupted command cleans up and the exit code is 143."""
+    """Console-script entry point: runs the app, turning user errors (ours and click's usage errors)
+    into one line + exit 2. SIGTERM is handled like SIGINT: the interrupted command cleans up and the
+    exit code is 143 (130 for Ctrl-C)."""
     _register_commands()
     try:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread (an embedding program): leave its signals alone
         previous = None
     try:
-        app(args=argv, prog_name="vtrain", standalone_mode=True)
+        # Not standalone: click raises its usage errors here instead of printing its usage block,
+        # and returns the exit code of typer.Exit / --help (0) / Ctrl-C (130) instead of exiting.
+        code = app(args=argv, prog_name="vtrain", standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            if code == 130:
+                print("interrupted", file=sys.stderr)
+            sys.exit(code)
+    except _ClickException as err:
+        if type(err).__name__ == "NoArgsIsHelpError":  # bare `vtrain` / `vtrain dataset`: the help
+            err.show()
+        else:
+            print(usage_error_line(err, sys.argv[1:] if argv is None else argv), file=sys.stderr)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(1)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

@@ -143,3 +143,24 @@ def test_error_part_way_through_a_table_cli(cli, tmp_path):
     line = _one_line_error(cli("forecast", src, "-o", tmp_path / "out.csv", "-c", "none", "--chunk-rows", "10"))
     assert "past row 20" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jobs.parquet"]
+
+
+@pytest.mark.parametrize("args, names", [
+    (("predict", "--model", "gpt3-1.3b", "--tp", "abc"), "'--tp'"),
+    (("predict", "--bogus", "1"), "--bogus"),
+    (("frobnicate",), "frobnicate"),
+    (("fit",), "dataset_dir"),
+    (("predict", "--model", "gpt3-1.3b", "--tp"), "'--tp'"),
+])
+def test_usage_errors_get_one_line_naming_the_flag_and_the_help(cli, args, names):
+    """click's own usage errors (unknown flag or command, wrong type, missing argument or value) are one
+    line too, naming the flag and the command's --help, instead of click's usage block."""
+    line = _one_line_error(cli(*args))
+    assert names in line and "--help'" in line, line
+
+
+def test_help_and_a_bare_group_still_print_the_help(cli):
+    ok = cli("predict", "--help")
+    assert ok.returncode == 0 and "--num-gpus" in ok.stdout
+    bare = cli("dataset")
+    assert bare.returncode == 2 and "import" in bare.stdout + bare.stderr
