@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="fit seed (the shipped recipe uses 0)")
     parser.add_argument("--splits", default="shape,gpus", help="held-out splits: shape (grouped CV by model shape), "
                         "gpus (leave one multi-node GPU count out)")
+    parser.add_argument("--ema", type=float, default=None, help="fit with this parameter EMA decay (default: the recipe's)")
     parser.add_argument("--save", default=None, help="write the held-out predictions to this .parquet")
     args = parser.parse_args()
     scales = [float(x) for x in args.scales.split(",")]
@@ -62,6 +64,8 @@ def main() -> None:
     if not set(splits) <= {"shape", "gpus"}:
         raise SystemExit(f"--splits: {args.splits!r}; use shape, gpus or shape,gpus")
     settings = FitSettings(progress=False, seed=args.seed)
+    if args.ema is not None:
+        settings = replace(settings, ema_decay=args.ema)
     ds = load_dataset(args.dataset, seed=settings.seed)
     default = C.TRUST_SCALE
     init = ev.pretrain(ds, settings)  # on the kernels and collectives, as validate --no-kernels does

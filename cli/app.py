@@ -83,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: click raises its usage errors here instead of printing its usage block,
         # and returns the exit code of typer.Exit / --help (0) / Ctrl-C (130) instead of exiting.
         code = app(args=argv, prog_name="vtrain", standalone_mode=False)
-        if isinstance(code, int) and code != 0:
-            if code == 130:
-                print("interrupted", file=sys.stderr)
-            sys.exit(code)
+        code = code if isinstance(code, int) else 0  # a command returns None
+        if code == 130:
+            print("interrupted", file=sys.stderr)
+        sys.exit(code)  # as in standalone mode: main() always ends in SystemExit
     except _ClickException as err:
         if type(err).__name__ == "NoArgsIsHelpError":  # bare `vtrain` / `vtrain dataset`: the help
             err.show()

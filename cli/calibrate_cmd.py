@@ -72,6 +72,7 @@ def calibrate(
         check_output(path, replace_shipped)
         stored = meta.get("settings", {})
         settings = FitSettings(steps=int(stored.get("steps", 6000)), seed=int(stored.get("seed", 0)),
+                               ema_decay=float(stored.get("ema_decay", 0.0)),  # checkpoints before it had none
                                progress=not quiet)
         if meta.get("data_hash") not in (None, ds.fingerprint):
             typer.echo(f"note: '{dataset_dir}' is not byte for byte the dataset '{path}' was fitted on "

@@ -321,3 +321,25 @@ def test_corrupt_checkpoints_are_refused_in_one_line_naming_the_file(cli, tmp_pa
 def test_the_shipped_checkpoint_passes_every_check():
     params, meta = ckpt.load("default")
     assert meta["parameters"] == ckpt.trainable_count(ckpt.flatten(params))
+
+
+def test_parameter_average_is_bias_corrected_and_lags_the_iterates(tmp_path):
+    """After one step the bias-corrected EMA is that step's parameters (not 1 % of them plus 99 % of
+    zero); after more steps it trails the last iterate (it averages the path, unlike decay 0)."""
+    from vtrain.training.data import fit_data, load_dataset
+    from vtrain.training.fit import fit
+
+    store.append(tmp_path, "runs", synthetic_runs())
+    data, init = fit_data(load_dataset(tmp_path)), init_correction(0)
+
+    def fitted(steps, decay):
+        settings = FitSettings(steps=steps, learning_rate=3e-2, eval_every=1, patience=10**6, trainable=("global",),
+                               validation_fraction=0.0, ema_decay=decay, progress=False)
+        return ckpt.flatten(to_numpy(fit(data, settings, init=init).params))
+
+    one_plain, one_avg = fitted(1, 0.0), fitted(1, 0.99)
+    assert all(np.allclose(one_plain[k], one_avg[k], rtol=1e-5, atol=1e-7) for k in one_plain if k.startswith("global"))
+    last, averaged = fitted(30, 0.0), fitted(30, 0.99)
+    start = ckpt.flatten(to_numpy(init))
+    keys = [k for k in last if k.startswith("global") and not np.array_equal(last[k], start[k])]
+    assert keys and any(not np.allclose(last[k], averaged[k]) for k in keys)
