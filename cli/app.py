@@ -37,7 +37,7 @@ def _register_commands() -> None:
     from vtrain.cli import calibrate_cmd  # noqa: F401
 
 
-# click's exception base (typer >= 0.16 vendors click as typer._click; older typer uses click itself).
+# click's exception base (recent typer vendors click as typer._click; older typer uses click itself).
 _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
