@@ -237,6 +237,7 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
         watched = {"total": None}
     best = {name: (float("inf"), params, 0) for name in watched}
     ema_sum = jax.tree_util.tree_map(jnp.zeros_like, params)
+    averaged = params  # the average at the latest evaluation (the last step is always evaluated)
     history, stale = [], 0
     progress = _progress(settings)
     with progress:
@@ -260,7 +261,7 @@ def fit(data: FitData, settings: FitSettings = FitSettings(), init: dict | None 
     if "total" in watched:
         best_params, best_step = best["total"][1], best["total"][2]
     else:
-        best_params = dict(averaged_params(ema_sum, i))
+        best_params = dict(averaged)
         for name, key in watched.items():
             best_params[key] = best[name][1][key]
         best_step = max(b[2] for b in best.values())
