@@ -67,8 +67,11 @@ RECOMPUTE = [
     ("rematerialization", "recompute 'rematerialization': PaLM's policy, not modelled"),
 ]
 # Upstream precision text without its parenthesised remarks (lower-case substring, first match wins)
-# -> canonical precision.
-PRECISIONS = [("fp8", "fp8"), ("float8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("16-bit", "fp16")]
+# -> canonical precision, or the reason the row is refused. The simulator's fp8 is torchao's default
+# tensorwise-scaled Float8 linear (one scale per tensor); rowwise scaling (a scale per row, other
+# GEMM kernels; measured no faster than bf16 in torchtitan's async-TP table) is not modelled.
+PRECISIONS = [("rowwise", "float8 rowwise scaling: not modelled (fp8 is tensorwise-scaled linears)"),
+              ("fp8", "fp8"), ("float8", "fp8"), ("bf16", "bf16"), ("fp16", "fp16"), ("16-bit", "fp16")]
 # Parallelism the simulator cannot express yet: column -> the only value it accepts.
 NOT_MODELLED = {"ep": (1, "expert parallelism (ep={})")}
 # Features a row's notes name (lower-case substrings) -> canonical field values.
@@ -165,8 +168,10 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
             reasons.append(mapped)
     precision = re.sub(r"\(.*?\)", "", str(raw.get("precision", "")).lower())  # '(pre BF16-optimizer)' is history
     mapped = next((target for key, target in PRECISIONS if key in precision), None)
-    if mapped:
+    if mapped in ("fp8", "bf16", "fp16"):
         values["precision"] = mapped
+    elif mapped:
+        reasons.append(mapped)
     if not _blank(raw.get("zero_stage")):
         stage = re.match(r"\s*(\d)", str(raw["zero_stage"]))
         if stage:

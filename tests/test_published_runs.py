@@ -150,3 +150,19 @@ def test_torchtitan_async_tp_and_per_layer_ac_rows_are_expressed(tmp_path):
     assert list(runs["sequence_parallel"]) == [True, True, False]
     assert list(runs["async_tp"]) == [True, False, False]
     assert (runs.iloc[0]["precision"], runs.iloc[2]["recompute"]) == ("fp8", "selective-layer")
+
+
+def test_float8_rowwise_rows_are_refused_and_tensorwise_rows_kept(tmp_path):
+    row = dict(BASE, source_id="torchtitan_asynctp_2506_r09", model="Llama 3 8B", num_layers=32, hidden_size=4096,
+               ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8, seq_len=8192, vocab_size=128256,
+               gpu="H100 96GB HBM2e, 500W power limit (Grand Teton)", num_gpus=64, tp=8, pp=1, dp=8, cp=1,
+               virtual_pp="", micro_batch=12, global_batch=96, seq_parallel="", recompute="selective",
+               zero_stage="3 (FSDP2)", precision="float8 tensorwise (torchao)",
+               measured_metric="tokens_per_s_per_gpu", measured_value=5078.1)
+    rowwise = dict(row, source_id="torchtitan_asynctp_2506_r11", precision="float8 rowwise (torchao)",
+                   measured_value=3708.5)
+    res = convert(write_rows(tmp_path / "runs.csv", [row, rowwise]), "published_runs")
+    runs = res.tables["runs"]
+    assert list(runs["source"]) == ["published:runs.csv#torchtitan_asynctp_2506_r09"]
+    assert runs.iloc[0]["precision"] == "fp8"
+    assert len(res.rejected) == 1 and "rowwise" in res.rejected[0] and "not modelled" in res.rejected[0]
