@@ -122,6 +122,9 @@ FIELD_OPTIONS = dict(
                              "the fp8 peak scales with it), e.g. for a power-capped part."),
     hbm_bandwidth_GBps=typer.Option(None, "--hbm-bandwidth-GBps", help="HBM GB/s (default from the GPU preset)."),
     gpu_memory_GiB=typer.Option(None, "--gpu-memory-GiB", help="GPU memory in GiB (default from the GPU preset)."),
+    attention_efficiency=typer.Option(None, "--attention-efficiency", help="Fraction of the 16-bit peak the fused "
+                                      "FlashAttention kernel reaches (default from the GPU preset: 0.45, 0.25 for "
+                                      "FlashAttention-2 on H100/H200; e.g. 0.6 for FlashAttention-3)."),
 )
 # Flag value types follow the spec's field types (every flag is optional).
 FIELD_TYPES = {name: Optional[{"int": int, "float": float, "bool": bool, "str": str}[FIELD_KINDS[name]]]

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+from vtrain.costmodel.hardware import DEFAULT_ATTENTION_EFFICIENCY, lookup_gpu
 from vtrain.costmodel.spec import TrainConfig
 
 
@@ -34,6 +35,14 @@ def assumed_defaults(given: set, cfg: TrainConfig) -> list[dict]:
     flat = cfg.flat()
     out = [dict(field=name, value=flat[name], reason=_reason(name, cfg)) for name in ASSUMED_FIELDS
            if name not in given]
+    # a GPU-specific fused-attention prior (Hopper: FlashAttention-2's) is a choice of kernel the
+    # user may not share: say so where it applies
+    preset = lookup_gpu(cfg.cluster.gpu)
+    if cfg.model.attention == "flash" and "attention_efficiency" not in given and \
+            preset.attention_efficiency != DEFAULT_ATTENTION_EFFICIENCY:
+        out.append(dict(field="attention_efficiency", value=flat["attention_efficiency"],
+                        reason=f"{preset.name}'s FlashAttention-2 prior; FlashAttention-3 reaches more; "
+                               "--attention-efficiency"))
     return out
 
 

@@ -170,19 +170,24 @@ def op_efficiency(correction: dict | None, op: dict, base_eff: float, hw: dict, 
     return _sigmoid(_logit(base_eff, xp) + raw[..., 0], xp)
 
 
-def op_efficiencies(correction: dict | None, op_list: list[dict], base_eff: float, hws: list[dict], xp) -> list:
-    """op_efficiency of each op of `op_list` (ops of one class; `hws[i]`: op i's hardware), with the
-    class's network run once over the ops' features stacked on a new leading axis (one evaluation
-    instead of one per op: a smaller graph under jax.jit, fewer passes in numpy)."""
+def op_efficiencies(correction: dict | None, op_list: list[dict], base_effs: list, hws: list[dict], xp) -> list:
+    """op_efficiency of each op of `op_list` (ops of one class; `base_effs[i]`, `hws[i]`: op i's
+    analytical efficiency and hardware), with the class's network run once over the ops' features
+    stacked on a new leading axis (one evaluation instead of one per op: a smaller graph under
+    jax.jit, fewer passes in numpy)."""
     if correction is None or not op_list:
-        return [base_eff] * len(op_list)
+        return list(base_effs)
     features = [op_features(op, hw, xp) for op, hw in zip(op_list, hws)]
     shape = np.broadcast_shapes(*(np.shape(f) for f in features))
     stacked = xp.stack([xp.broadcast_to(f, shape) for f in features], axis=0)
     raw = _raw_outputs(correction, ("ops", op_list[0]["cls"]), stacked, xp)
     if raw is None:
-        return [base_eff] * len(op_list)
-    eff = _sigmoid(_logit(base_eff, xp) + raw[..., 0], xp)
+        return list(base_effs)
+    if all(isinstance(b, float) and b == base_effs[0] for b in base_effs):
+        base = base_effs[0]  # one class prior for every op (the usual case): no stacking
+    else:
+        base = xp.stack([xp.broadcast_to(xp.asarray(b, dtype=raw.dtype), raw.shape[1:-1]) for b in base_effs], axis=0)
+    eff = _sigmoid(_logit(base, xp) + raw[..., 0], xp)
     return [eff[i] for i in range(len(op_list))]
 
 

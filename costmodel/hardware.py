@@ -17,6 +17,14 @@ Figures are the vendors' public spec-sheet numbers for dense (non-sparse) math:
 V100 has no TF32, so its plain fp32 figure). fp32 is for imported kernel rows only: training
 precision is fp16, bf16 or fp8.
 
+Fused attention (`attention_efficiency`, the fraction of the dense 16-bit peak a FlashAttention
+kernel reaches, forward and backward): 0.45 by default (the analytical prior of every attention op,
+ops.BASE_EFFICIENCY). On Hopper (H100, H200) FlashAttention-2, the kernel PyTorch's SDPA runs,
+reaches about 35 % of peak (FlashAttention-3 paper, Shah et al. 2024) where on the A100 it reaches
+about 62 % (FlashAttention-2 paper, Dao 2023: ~190-200 of 312 TFLOP/s fwd+bwd, causal, head dim
+128); the Hopper presets scale the 0.45 prior by that ratio: 0.45 x 0.35 / 0.62 = 0.25.
+FlashAttention-3 or cuDNN's fused attention reach more on Hopper: set attention_efficiency.
+
 Units: FLOP/s, bytes, bytes/s. Memory sizes are binary (an "80 GB" A100 has 80 GiB; the H200 exposes
 ~140 GiB of its 141 GB). NVLink figures are per GPU, per direction.
 """
@@ -25,6 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vtrain.costmodel.units import GB, GiB, TB
+
+
+DEFAULT_ATTENTION_EFFICIENCY = 0.45  # fraction of the 16-bit peak an attention kernel reaches
+HOPPER_FLASH_ATTENTION_2_EFFICIENCY = 0.25  # 0.45 x 0.35 / 0.62 (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,7 @@ class GpuSpec:
     nic_Gbps: float  # Gb/s per GPU across nodes
     gpus_per_node: int = 8
     aliases: tuple[str, ...] = field(default=())
+    attention_efficiency: float = DEFAULT_ATTENTION_EFFICIENCY  # fused attention / dense 16-bit peak
 
     def flops(self, precision: str) -> float:
         """Peak dense FLOP/s for `precision` (raises KeyError if unsupported)."""
@@ -51,8 +64,10 @@ GPUS: dict[str, GpuSpec] = {
         GpuSpec("v100", {"fp16": 125 * TB, "fp32": 15.7 * TB}, 32 * GiB, 900 * GB, 150, 100, 8, ("v100-32gb", "v100-sxm2")),
         GpuSpec("a100-40gb", {"fp16": 312 * TB, "bf16": 312 * TB, "fp32": 156 * TB}, 40 * GiB, 1555 * GB, 300, 200, 8, ("a100-sxm4-40gb",)),
         GpuSpec("a100-80gb", {"fp16": 312 * TB, "bf16": 312 * TB, "fp32": 156 * TB}, 80 * GiB, 2039 * GB, 300, 200, 8, ("a100", "a100-sxm4-80gb")),
-        GpuSpec("h100-sxm", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB, "fp32": 494 * TB}, 80 * GiB, 3350 * GB, 450, 400, 8, ("h100", "h100-80gb")),
-        GpuSpec("h200", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB, "fp32": 494 * TB}, 140 * GiB, 4800 * GB, 450, 400, 8, ("h200-sxm",)),
+        GpuSpec("h100-sxm", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB, "fp32": 494 * TB}, 80 * GiB, 3350 * GB, 450, 400, 8, ("h100", "h100-80gb"),
+                HOPPER_FLASH_ATTENTION_2_EFFICIENCY),
+        GpuSpec("h200", {"fp16": 989 * TB, "bf16": 989 * TB, "fp8": 1979 * TB, "fp32": 494 * TB}, 140 * GiB, 4800 * GB, 450, 400, 8, ("h200-sxm",),
+                HOPPER_FLASH_ATTENTION_2_EFFICIENCY),
         GpuSpec("b200", {"fp16": 2250 * TB, "bf16": 2250 * TB, "fp8": 4500 * TB, "fp32": 1100 * TB}, 180 * GiB, 7700 * GB, 900, 400, 8, ()),
         GpuSpec("mi300x", {"fp16": 1307 * TB, "bf16": 1307 * TB, "fp8": 2615 * TB, "fp32": 654 * TB}, 192 * GiB, 5300 * GB, 448, 400, 8, ()),
         # Not a GPU: nominal figures for a small x86 host (2 cores, AVX2 FMA, ~20 GB/s DRAM) so

@@ -6,11 +6,13 @@ one value per configuration, and `xp` is numpy or jax.numpy. An op is a dict wit
   flops      (FLOP executed on one GPU),
   bytes      (bytes moved to/from HBM at minimum, one GPU),
   m, n, k, batch (GEMM shape, out[batch,m,n] = a[batch,m,k] @ b[batch,k,n]; 1 for non-GEMMs),
-  kernels    (kernel launches).
+  kernels    (kernel launches),
+  base_eff   (optional: the op's analytical efficiency where it is not its class's BASE_EFFICIENCY).
 Shapes are per GPU: tensor-parallel sharding is already applied.
 """
 from __future__ import annotations
 
+from vtrain.costmodel.hardware import DEFAULT_ATTENTION_EFFICIENCY
 from vtrain.costmodel.rules import Recompute
 
 # The op classes (the one list: the correction has one network per class, the dataset's kernel
@@ -18,7 +20,7 @@ from vtrain.costmodel.rules import Recompute
 # correction replaces it with shape- and hardware-dependent values).
 BASE_EFFICIENCY = {
     "gemm": 0.70,
-    "attention": 0.45,
+    "attention": DEFAULT_ATTENTION_EFFICIENCY,  # the fused FlashAttention op takes its GPU's (d.attention_eff)
     "softmax": 0.60,
     "norm": 0.60,
     "elementwise": 0.70,
@@ -111,7 +113,8 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
         # flash: fused causal FlashAttention (half the s^2 work is masked out and skipped)
         dict(name="flash_attention", cls="attention", flops=flash * 2.0 * b * heads_tp * s * s_kv * head_dim,
              bytes=flash * ACT_BYTES * tokens * (2.0 * heads_tp + 2.0 * kv_tp) * head_dim * d.cp,
-             m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash * d.cp),
+             m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash * d.cp,
+             base_eff=d.attention_eff),
         gemm("attn_out_proj", tokens, h, h / tp, fp8=fp8),
         memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
                   kernels=1.0 + gpt),

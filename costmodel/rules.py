@@ -69,9 +69,11 @@ assert len(Schedule) == len(SCHEDULES)
 
 def preset_figures(spec) -> dict:
     """A GPU preset's values of the overridable GPU figures: peak_tflops (dense 16-bit, bf16 where it
-    has it, TFLOP/s), hbm_bandwidth_GBps (GB/s) and gpu_memory_GiB (GiB)."""
+    has it, TFLOP/s), hbm_bandwidth_GBps (GB/s), gpu_memory_GiB (GiB) and attention_efficiency (the
+    fraction of that peak the fused attention kernel reaches)."""
     return dict(peak_tflops=spec.peak_flops.get("bf16", spec.peak_flops["fp16"]) / 1e12,
-                hbm_bandwidth_GBps=spec.hbm_bw / 1e9, gpu_memory_GiB=spec.hbm_bytes / 1024**3)
+                hbm_bandwidth_GBps=spec.hbm_bw / 1e9, gpu_memory_GiB=spec.hbm_bytes / 1024**3,
+                attention_efficiency=spec.attention_efficiency)
 
 
 # field -> (preset value per GPU_LIST entry, plausible upper bound, unit hint for the message)
@@ -79,7 +81,9 @@ GPU_FIGURES = {
     name: (np.array([preset_figures(s)[name] for s in GPU_LIST]), limit, example)
     for name, limit, example in (("peak_tflops", 1e5, "TFLOP/s (dense bf16/fp16), e.g. 989 for an H100 SXM"),
                                  ("hbm_bandwidth_GBps", 1e6, "GB/s, e.g. 3350 for an H100 SXM"),
-                                 ("gpu_memory_GiB", 1e5, "GiB, e.g. 80"))
+                                 ("gpu_memory_GiB", 1e5, "GiB, e.g. 80"),
+                                 ("attention_efficiency", 1.0, "a fraction of the 16-bit peak in (0, 1], e.g. 0.6 for "
+                                  "FlashAttention-3 on an H100"))
 }
 
 

@@ -40,7 +40,13 @@ def kernel_time(op: dict, peak_flops, hbm_bw, correction, xp):
     """Seconds the op's kernels occupy the GPU: roofline time / efficiency."""
     roofline = roofline_time(op, peak_flops, hbm_bw, xp)
     hw = dict(peak_flops=peak_flops, hbm_bw=hbm_bw)
-    return roofline / op_efficiency(correction, op, BASE_EFFICIENCY[op["cls"]], hw, xp)
+    return roofline / op_efficiency(correction, op, base_efficiency(op), hw, xp)
+
+
+def base_efficiency(op: dict):
+    """The op's analytical efficiency: its own `base_eff` (the fused attention's GPU prior) or its
+    class's BASE_EFFICIENCY."""
+    return op.get("base_eff", BASE_EFFICIENCY[op["cls"]])
 
 
 def op_peak(op: dict, hw: dict, xp):
@@ -65,7 +71,9 @@ def op_times_many(op_lists: list[list[dict]], hw: dict, correction, xp) -> list[
     for cls in dict.fromkeys(op["cls"] for op in flat):
         idx = [i for i, op in enumerate(flat) if op["cls"] == cls]
         hws = [dict(peak_flops=peaks[i], hbm_bw=hw["hbm_bw"]) for i in idx]
-        for i, eff in zip(idx, op_efficiencies(correction, [flat[i] for i in idx], BASE_EFFICIENCY[cls], hws, xp)):
+        ops_of_class = [flat[i] for i in idx]
+        bases = [base_efficiency(op) for op in ops_of_class]
+        for i, eff in zip(idx, op_efficiencies(correction, ops_of_class, bases, hws, xp)):
             effs[i] = eff
     times = [roofline_time(op, peak, hw["hbm_bw"], xp) / eff for op, peak, eff in zip(flat, peaks, effs)]
     out, start = [], 0

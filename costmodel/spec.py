@@ -161,7 +161,9 @@ class ClusterSpec:
 
     peak_tflops: dense 16-bit (bf16, else fp16) tensor-core peak in TFLOP/s (the fp8 peak scales
     with it); hbm_bandwidth_GBps: HBM GB/s; gpu_memory_GiB: device memory in GiB. Together they
-    describe a variant of a preset (e.g. a power-capped H100 with other HBM) without code changes."""
+    describe a variant of a preset (e.g. a power-capped H100 with other HBM) without code changes.
+    attention_efficiency: the fraction of the 16-bit peak the fused FlashAttention kernel reaches
+    (the preset's: 0.45, 0.25 on Hopper for FlashAttention-2; see costmodel/hardware.py)."""
 
     gpu: str = "a100-80gb"
     gpus_per_node: int = 0
@@ -171,6 +173,7 @@ class ClusterSpec:
     peak_tflops: float = 0.0
     hbm_bandwidth_GBps: float = 0.0
     gpu_memory_GiB: float = 0.0
+    attention_efficiency: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -303,7 +306,8 @@ def config_from_fields(r: dict, i: int) -> TrainConfig:
     cluster = ClusterSpec(gpu=GPU_LIST[int(r["gpu"][i])].name, gpus_per_node=py("gpus_per_node"),
                           intra_node_bw_GBps=py("intra_node_bw_GBps"), inter_node_bw_Gbps=py("inter_node_bw_Gbps"),
                           precision=PRECISIONS[int(r["precision"][i])], peak_tflops=py("peak_tflops"),
-                          hbm_bandwidth_GBps=py("hbm_bandwidth_GBps"), gpu_memory_GiB=py("gpu_memory_GiB"))
+                          hbm_bandwidth_GBps=py("hbm_bandwidth_GBps"), gpu_memory_GiB=py("gpu_memory_GiB"),
+                          attention_efficiency=py("attention_efficiency"))
     return TrainConfig(model=model, parallel=parallel, cluster=cluster)
 
 
@@ -345,6 +349,7 @@ def gpu_line(cluster: ClusterSpec) -> str:
     line = (f"GPU {cluster.gpu}: {v('peak_tflops', f'{cluster.peak_tflops:g} TFLOP/s')} dense 16-bit, "
             f"HBM {v('hbm_bandwidth_GBps', f'{cluster.hbm_bandwidth_GBps:g} GB/s')}, "
             f"{v('gpu_memory_GiB', f'{cluster.gpu_memory_GiB:g} GiB')}, "
+            f"FlashAttention at {v('attention_efficiency', f'{cluster.attention_efficiency:g}')} of peak, "
             f"NVLink {v('intra_node_bw_GBps', f'{cluster.intra_node_bw_GBps:g} GB/s')}, "
             f"NIC {v('inter_node_bw_Gbps', f'{cluster.inter_node_bw_Gbps:g} Gb/s')}, "
             f"{v('gpus_per_node', str(cluster.gpus_per_node))} per node")

@@ -146,3 +146,29 @@ def test_search_honours_the_gpu_memory_override():
     tight = search(build_config(dict(big, gpu_memory_GiB=12)), SearchSpace(num_gpus=8), ANALYTICAL, top=3)
     assert tight.num_fit < full.num_fit and all(r["memory_gib"] <= 12 for r in tight.top)
     assert all(r["gpu_memory_gib"] == 12 for r in tight.top)
+
+
+def test_fused_attention_efficiency_is_the_gpus_prior_and_overridable():
+    from vtrain.costmodel.assumed import assumed_defaults
+    from vtrain.costmodel.hardware import lookup_gpu
+
+    long_seq = dict(GPT, num_layers=4, hidden_size=4096, num_attention_heads=32, seq_len=32768, recompute="full")
+    hopper = predict(**long_seq)
+    # FlashAttention-2 on Hopper reaches a smaller share of peak than the generic prior
+    assert lookup_gpu("h100-sxm").attention_efficiency < lookup_gpu("a100-80gb").attention_efficiency
+    generic = predict(**long_seq, attention_efficiency=lookup_gpu("a100-80gb").attention_efficiency)
+    fa3 = predict(**long_seq, attention_efficiency=0.6)
+    assert fa3.iteration_time_s < generic.iteration_time_s < hopper.iteration_time_s
+    # the unfused attention (batched GEMMs and a softmax) does not take the fused kernel's prior
+    unfused = dict(long_seq, attention="unfused", seq_len=4096)
+    assert predict(**unfused).iteration_time_s == predict(**unfused, attention_efficiency=0.9).iteration_time_s
+    # validated; the Hopper prior is printed as an assumption, a given value is not
+    with pytest.raises(ConfigError, match=r"^attention_efficiency: 1.5 is implausibly large"):
+        build_config(dict(GPT, attention_efficiency=1.5))
+    cfg = build_config(dict(long_seq))
+    assumed = {a["field"]: a["value"] for a in assumed_defaults(set(long_seq), cfg)}
+    assert assumed["attention_efficiency"] == lookup_gpu("h100-sxm").attention_efficiency
+    assert "attention_efficiency" not in {a["field"] for a in assumed_defaults(set(long_seq) | {"attention_efficiency"},
+                                                                                  build_config(dict(long_seq, attention_efficiency=0.6)))}
+    a100 = build_config(dict(long_seq, gpu="a100-80gb"))
+    assert "attention_efficiency" not in {a["field"] for a in assumed_defaults(set(long_seq), a100)}
