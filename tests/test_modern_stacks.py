@@ -172,3 +172,25 @@ def test_fused_attention_efficiency_is_the_gpus_prior_and_overridable():
                                                                                   build_config(dict(long_seq, attention_efficiency=0.6)))}
     a100 = build_config(dict(long_seq, gpu="a100-80gb"))
     assert "attention_efficiency" not in {a["field"] for a in assumed_defaults(set(long_seq), a100)}
+
+
+def test_measured_attention_kernels_start_from_their_gpus_prior():
+    """A fit compares a measured attention kernel with the same prior the simulator's fused op uses,
+    so what the network learns on a GPU adds to that GPU's prior instead of the generic one."""
+    import numpy as np
+    import pandas as pd
+
+    from vtrain.costmodel.hardware import lookup_gpu
+    from vtrain.costmodel.simulator import kernel_time
+    from vtrain.training.measurements import kernel_set
+
+    flops = 2.0 * 8 * 32 * 4096 * 4096 * 128
+    rows = [dict(source="test", gpu=gpu, dtype="bf16", op_class="attention", op_name="flash", direction="fwd", m=0,
+                 n=0, k=128, batch=8, heads=32, seq=4096, num_elements=0, flops=flops, bytes_moved=1e6,
+                 time_s=flops / (lookup_gpu(gpu).attention_efficiency * lookup_gpu(gpu).peak_flops["bf16"]),
+                 time_std_s=0.0, repeats=1) for gpu in ("h100-sxm", "a100-80gb")]
+    v = kernel_set(pd.DataFrame(rows)).by_class["attention"]
+    assert list(v["op"]["base_eff"]) == [lookup_gpu("h100-sxm").attention_efficiency,
+                                         lookup_gpu("a100-80gb").attention_efficiency]
+    predicted = kernel_time(v["op"], v["peak"], v["hbm_bw"], None, np)
+    assert np.allclose(predicted, v["time"], rtol=1e-12)

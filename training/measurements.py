@@ -43,14 +43,15 @@ def kernel_shape_group(df: pd.DataFrame) -> pd.Series:
 
 def kernel_set(kernels: pd.DataFrame) -> KernelSet:
     """Arrays for every usable kernel row (known GPU and dtype, positive time and work)."""
-    peaks, bws, keep = [], [], []
+    peaks, bws, attention_effs, keep = [], [], [], []
     for gpu, dtype in zip(kernels["gpu"], kernels["dtype"]):
         spec = lookup_gpu(gpu)
         ok = spec is not None and dtype in spec.peak_flops
         keep.append(ok)
         peaks.append(spec.peak_flops[dtype] if ok else np.nan)
         bws.append(spec.hbm_bw if ok else np.nan)
-    df = kernels.assign(peak=peaks, hbm_bw=bws)[np.array(keep, dtype=bool)]
+        attention_effs.append(spec.attention_efficiency if ok else np.nan)
+    df = kernels.assign(peak=peaks, hbm_bw=bws, attention_eff=attention_effs)[np.array(keep, dtype=bool)]
     df = df[(df["time_s"] > 0) & (df["flops"] + df["bytes_moved"] > 0) & df["op_class"].isin(OP_CLASSES)]
     groups = kernel_shape_group(df)
     by_class = {}
@@ -64,6 +65,8 @@ def kernel_set(kernels: pd.DataFrame) -> KernelSet:
         else:
             m, n, k, b = np.maximum(f("num_elements"), 1.0), np.ones(len(part)), np.ones(len(part)), np.ones(len(part))
         op = dict(cls=cls, flops=f("flops"), bytes=f("bytes_moved"), m=m, n=n, k=k, batch=b, kernels=np.ones(len(part)))
+        if cls == "attention":  # a measured attention kernel starts from its GPU's prior, as the simulator's fused op
+            op["base_eff"] = f("attention_eff")
         by_class[cls] = dict(op=op, peak=f("peak"), hbm_bw=f("hbm_bw"), time=f("time_s"),
                              group=groups.loc[part.index].to_numpy())
     return KernelSet(by_class, skipped=int(len(kernels) - len(df)))
