@@ -105,6 +105,8 @@ FIELD_OPTIONS = dict(
                                      help="Overlap DP gradient reduction with the backward pass."),
     async_tp=typer.Option(None, "--async-tp/--no-async-tp", help="Async TP: overlap the sequence-parallel "
                           "all-gathers / reduce-scatters with the GEMMs (needs --sequence-parallel)."),
+    eager=typer.Option(None, "--eager/--no-eager", help="PyTorch eager mode (no torch.compile): norms, RoPE and "
+                       "activations run as unfused composite kernels (default: fused, as Megatron or torch.compile)."),
     first_stage_layers=typer.Option(None, "--first-stage-layers", help="Layers of the first pipeline stage "
                                     "(uneven stages; default: spread evenly)."),
     last_stage_layers=typer.Option(None, "--last-stage-layers", help="Layers of the last pipeline stage "

@@ -229,6 +229,7 @@ def _print_table(cfg, result, cost, price):
                 f"({p.num_micro_batches} micro-batches) schedule={p.schedule}"
                 + (f" vpp={p.vpp}" if p.vpp > 1 else "") + f" recompute={p.recompute} zero={p.zero_stage}"
                 + (" sp" if p.sequence_parallel else "") + (" async-tp" if p.async_tp else "")
+                + (" eager" if p.eager else "")
                 + (f" ep={p.ep}" if m.num_experts else "") + (f" cp={p.cp}" if p.cp > 1 else ""))
     stages = gpu_stage_layers(m.num_layers, p.pp, p.vpp, p.first_stage_layers, p.last_stage_layers)
     if len(set(stages)) > 1:

@@ -233,7 +233,8 @@ def _print_search(result, sens, space, source: str = "...") -> None:
                       f"--schedule {b['schedule']} --vpp {b['vpp']} --recompute {b['recompute']} "
                       f"--zero-stage {b['zero_stage']} --{'' if b['sequence_parallel'] else 'no-'}sequence-parallel"
                       + (f" --ep {b['ep']}" if moe else "") + (f" --cp {b['cp']}" if b.get("cp", 1) > 1 else "")
-                      + (" --async-tp" if b.get("async_tp") else "") + f" --precision {c.precision}"
+                      + (" --async-tp" if b.get("async_tp") else "")
+                      + (" --eager" if b.get("eager") else "") + f" --precision {c.precision}"
                       + "".join(f" --{k.replace('_', '-')} {getattr(m, k):g}" for k, default in ROUTING_DEFAULTS.items()
                                 if moe and getattr(m, k) != default)
                       + (f" --etp {cfg.parallel.etp}" if cfg.parallel.etp else "")

@@ -23,11 +23,12 @@ def _reason(name: str, cfg: TrainConfig) -> str:
         "zero_stage": "default: no ZeRO; --zero-stage",
         "sequence_parallel": "default; --sequence-parallel",
         "attention": "default: fused FlashAttention; --attention",
+        "eager": "default: fused norm and activation kernels, as Megatron or torch.compile; --eager",
     }[name]
 
 
 ASSUMED_FIELDS = ("gpu", "precision", "seq_len", "vocab_size", "attention", "micro_batch", "global_batch",
-                  "recompute", "zero_stage", "sequence_parallel")
+                  "recompute", "zero_stage", "sequence_parallel", "eager")
 
 
 def assumed_defaults(given: set, cfg: TrainConfig) -> list[dict]:

@@ -17,8 +17,9 @@ from vtrain.costmodel.correction import parameter_shapes, trainable_count
 from vtrain.costmodel.errors import UserError
 from vtrain.costmodel.intervals import check_calibration
 
-FORMAT_VERSION = 3  # 2: the global term does not read dp; the trust weight's feature range; 3: the trust
-# features include the GPUs per node and the execution flags (correction.CONFIG_FEATURE_NAMES)
+FORMAT_VERSION = 4  # 2: the global term does not read dp; the trust weight's feature range; 3: the trust
+# features include the GPUs per node and the execution flags (correction.CONFIG_FEATURE_NAMES); 4: and
+# the PyTorch eager flag
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
 DEFAULT_NAME = "default"
 # The analytical predictor's prediction-interval calibration (`vtrain calibrate DATASET -c none`)

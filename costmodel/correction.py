@@ -274,7 +274,7 @@ HARDWARE_FEATURE_NAMES = ("peak FLOP/s", "HBM bytes/s", "intra-node bytes/s", "i
 # op networks see op by op; these flags change how the runs execute, which no learned term sees.)
 CONFIG_FEATURE_NAMES = ("ZeRO stage >= 1", "ZeRO-3 / FSDP", "a schedule other than 1F1B", "overlapped gradient reduction",
                         "FP8 linears", "async TP", "context-parallel degree", "mixture of experts",
-                        "selective-op/-layer recompute")
+                        "selective-op/-layer recompute", "PyTorch eager kernels")
 TRUST_FEATURE_NAMES = (tuple(name for name, _, _ in RUN_FEATURE_UNITS if name != "dp") + HARDWARE_FEATURE_NAMES
                        + CONFIG_FEATURE_NAMES)
 N_TRUST_FEATURES = len(TRUST_FEATURE_NAMES)
@@ -296,7 +296,8 @@ def trust_features(d, xp):
                 xp.log2(xp.maximum(d.inter_bw * one, 1.0)), xp.log2(d.gpus_per_node * one)]
     config = [flag(d.zero_stage >= 1), flag(d.zero_stage >= 3), flag(d.schedule != Schedule.ONE_F_ONE_B), flag(d.overlap > 0),
               flag(d.fp8 > 0), flag(d.async_tp > 0), _log2(d.cp * one, xp), flag(d.experts > 0),
-              flag((d.recompute == Recompute.SELECTIVE_OP) | (d.recompute == Recompute.SELECTIVE_LAYER))]
+              flag((d.recompute == Recompute.SELECTIVE_OP) | (d.recompute == Recompute.SELECTIVE_LAYER)),
+              flag(d.eager > 0)]
     assert len(hardware) == len(HARDWARE_FEATURE_NAMES) and len(config) == len(CONFIG_FEATURE_NAMES)
     return xp.concatenate([run[..., list(GLOBAL_INPUTS)], xp.stack(hardware + config, axis=-1)], axis=-1)
 

@@ -82,6 +82,8 @@ class SimInput(NamedTuple):
     fp8: Any
     # 1.0 for async TP (the SP collectives overlapped with the GEMMs; 0.0 without TP)
     async_tp: Any
+    # 1.0 for PyTorch eager mode (unfused norms, RoPE and activations; ops.EAGER_PASSES)
+    eager: Any
     # fraction of peak_flops_16 the fused FlashAttention kernel reaches (the GPU preset's or the config's)
     attention_eff: Any
 
@@ -145,6 +147,7 @@ def sim_input(r: dict, dtype=np.float64) -> SimInput:
         moe_ffn=f(r["moe_ffn_hidden_size"]), shared=f(r["shared_experts"]), dense_layers=f(r["first_dense_layers"]),
         ep=f(r["ep"]), etp=f(r["etp"]), moe_freq=f(r["moe_layer_freq"]), capacity=f(r["capacity_factor"]),
         imbalance=f(r["moe_imbalance"]), fp8=f(prec == PRECISIONS.index("fp8")), async_tp=f(r["async_tp"]),
+        eager=f(r["eager"]),
         attention_eff=f(r["attention_efficiency"]),
         layers_first=None, layers_mid=None, layers_last=None, layers_mid_avg=None,
     )

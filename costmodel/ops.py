@@ -33,6 +33,19 @@ ACT_BYTES = 2.0  # activations in fp16/bf16 (fp8 runs keep bf16 activations)
 # way (dataset/rows.py), so an op's arithmetic intensity tells the efficiency network which op it is
 # (a residual add and a SwiGLU move the same bytes per element but reach different bandwidths).
 FLOPS_PER_ELEMENT = {"norm": 5.0, "softmax": 5.0, "rope": 3.0, "activation": 8.0, "add": 1.0, "cast": 2.0}
+# PyTorch eager mode (d.eager): the extra passes over HBM (in 2-byte element units; an fp32
+# intermediate counts 2) and extra kernels of the composite ATen ops, over the fused kernel the
+# default assumes (Megatron's fused kernels, or torch.compile). Counted from the reference code:
+# - rmsnorm: Llama's `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight` is
+#   cast, pow, mean, mul, cast, mul: 18 passes in 8 kernels (with the per-token add and rsqrt)
+#   against 2 in 1 (GPT's LayerNorm is one native kernel in eager mode too: nothing added);
+# - rope: the complex rotation `view_as_real(view_as_complex(x.float()) * freqs).type_as(x)` is
+#   cast, complex mul, cast: 14 passes in 3 kernels against 2 in 1;
+# - activation: SwiGLU's silu(gate) * up is 2 kernels (5 passes against 3); GPT's bias add + GeLU is
+#   2 kernels (4 against 2);
+# - bias_dropout_add: GPT's bias add, dropout and residual add are 3 kernels (7.5 passes against 4.5);
+#   Llama's residual add is one kernel either way.
+EAGER_EXTRA = {"rmsnorm": (16.0, 7.0), "rope": (12.0, 2.0), "activation": (2.0, 1.0), "bias_dropout_add": (3.0, 1.0)}
 
 
 def gemm(name, m, n, k, batch=1.0, elt_bytes=ACT_BYTES, cls="gemm", fp8=0.0):
@@ -66,7 +79,7 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     """Forward ops of one transformer layer for one micro-batch on one GPU.
 
     `d` holds arrays: hidden, heads, kv_heads, ffn, seq, micro_batch, tp, sp (0/1), llama (0/1),
-    flash (0/1). GPT: LayerNorm, GeLU MLP, bias-dropout-add. Llama: RMSNorm, RoPE, SwiGLU MLP,
+    flash (0/1), eager (0/1: PyTorch eager mode's unfused norms, RoPE and activations, EAGER_EXTRA). GPT: LayerNorm, GeLU MLP, bias-dropout-add. Llama: RMSNorm, RoPE, SwiGLU MLP,
     residual adds. Attention, independent of the architecture: flash = one fused causal
     FlashAttention kernel (no s^2 tensor); unfused = Megatron's layout copies, QK^T,
     scale-mask-softmax, dropout and PV over b*a/tp*s^2 scores.
@@ -94,13 +107,20 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
     casts_attn = fp8_casts("fp8_cast_attn", qkv_in + out_in + h * qkv_n + (h / tp) * h, tokens * (qkv_n + h),
                            4.0, 2.0, fp8)
     casts_mlp = fp8_casts("fp8_cast_mlp", up_in + down_in + h * up_n + ffn_tp * h, tokens * (up_n + h), 4.0, 2.0, fp8)
+    # PyTorch eager mode: the unfused composite kernels' extra passes and launches (EAGER_EXTRA)
+    eager = d.eager
+    norm_passes, norm_kernels = eager * llama * EAGER_EXTRA["rmsnorm"][0], 1.0 + eager * llama * EAGER_EXTRA["rmsnorm"][1]
+    rope_passes, rope_kernels = eager * EAGER_EXTRA["rope"][0], 1.0 + eager * EAGER_EXTRA["rope"][1]
+    act_passes, act_kernels = eager * EAGER_EXTRA["activation"][0], 1.0 + eager * EAGER_EXTRA["activation"][1]
+    bda_passes, bda_kernels = eager * gpt * EAGER_EXTRA["bias_dropout_add"][0], eager * gpt * EAGER_EXTRA["bias_dropout_add"][1]
     ops = [
-        memory_op("input_norm", "norm", sp_tokens * h, reads=1.0, writes=1.0, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
+        memory_op("input_norm", "norm", sp_tokens * h, reads=1.0, writes=1.0 + norm_passes,
+                  flops_per_elt=FLOPS_PER_ELEMENT["norm"], kernels=norm_kernels),
         casts_attn,
         gemm("qkv_proj", tokens, qkv_n, h, fp8=fp8),
         # RoPE on Q and K (Llama only: zero elements for GPT)
-        memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim,
-                  flops_per_elt=FLOPS_PER_ELEMENT["rope"]),
+        memory_op("rope", "elementwise", llama * tokens * (heads_tp + kv_tp) * head_dim, writes=1.0 + rope_passes,
+                  flops_per_elt=FLOPS_PER_ELEMENT["rope"], kernels=rope_kernels),
         # unfused: Q/K/V and context reshaped between [s, b, heads, d] and [b*heads, s, d] (copies)
         memory_op("attn_layout", "elementwise", unfused * tokens * (qkv_n + h / tp), kernels=4.0, flops_per_elt=0.0),
         # unfused: explicit score and context batched GEMMs over (batch*heads)
@@ -116,16 +136,17 @@ def layer_forward_ops(d: dict, xp) -> list[dict]:
              m=s, n=s, k=head_dim, batch=flash * b * heads_tp + unfused, kernels=flash * d.cp,
              base_eff=d.attention_eff),
         gemm("attn_out_proj", tokens, h, h / tp, fp8=fp8),
-        memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
-                  kernels=1.0 + gpt),
-        memory_op("post_attn_norm", "norm", sp_tokens * h, flops_per_elt=FLOPS_PER_ELEMENT["norm"]),
+        memory_op("attn_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt + bda_passes,
+                  kernels=1.0 + gpt + bda_kernels),
+        memory_op("post_attn_norm", "norm", sp_tokens * h, writes=1.0 + norm_passes, flops_per_elt=FLOPS_PER_ELEMENT["norm"],
+                  kernels=norm_kernels),
         casts_mlp,
         gemm("mlp_up_proj", tokens, up_n, h, fp8=fp8),
-        memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0,
-                  flops_per_elt=FLOPS_PER_ELEMENT["activation"]),
+        memory_op("mlp_act", "elementwise", tokens * ffn_tp, reads=1.0 + llama, writes=1.0 + act_passes,
+                  flops_per_elt=FLOPS_PER_ELEMENT["activation"], kernels=act_kernels),
         gemm("mlp_down_proj", tokens, h, ffn_tp, fp8=fp8),
-        memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt,
-                  kernels=1.0 + gpt),
+        memory_op("mlp_residual", "elementwise", sp_tokens * h, reads=2.0 + gpt, writes=1.0 + 0.5 * gpt + bda_passes,
+                  kernels=1.0 + gpt + bda_kernels),
     ]
     return ops
 

@@ -401,6 +401,7 @@ def check(f: dict, text: dict | None = None, errors: Errors | None = None, messa
         sequence_parallel=sp, recompute=recompute, zero_stage=zero, schedule=schedule, vpp=vpp,
         first_stage_layers=first_l, last_stage_layers=last_l, cp=cp,
         overlap_grad_reduce=f["overlap_grad_reduce"].astype(bool), async_tp=async_tp,
+        eager=f["eager"].astype(bool),
         gpu=g, gpus_per_node=gpus_per_node, intra_node_bw_GBps=intra.astype(np.float64),
         inter_node_bw_Gbps=inter.astype(np.float64), precision=prec, **figures,
     )

@@ -138,6 +138,9 @@ class ParallelSpec:
     # Async TP (torchtitan's micro-pipelined TP, Megatron-Core's tp-comm-overlap): the SP all-gathers /
     # reduce-scatters run chunk by chunk under the GEMMs they feed; needs sequence_parallel
     async_tp: bool = False
+    # PyTorch eager mode (no torch.compile, no fused norm / activation kernels): each norm, RoPE and
+    # MLP activation runs as its composite kernels, each a pass over HBM (ops.EAGER_PASSES)
+    eager: bool = False
     ep: int = 1
     # expert tensor parallel: each expert's FFN split over etp ranks (0 = tp, Megatron-Core's default);
     # etp < tp lets the expert-parallel group take tp ranks too (Megatron-Core's parallel folding)

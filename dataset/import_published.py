@@ -92,6 +92,10 @@ ASSUMED = [
     ("torchtitan_a100_r08", "vocab_size", 32000, "Llama 2 tokenizer"),
 ]
 UNFUSED_ATTENTION = ("korthikanti2022", "megatron_readme", "bloom")
+# Sources whose rows list torch.compile among their optimizations: a row without it ran in PyTorch
+# eager mode (torchtitan's Dec-2024 H100 tables: "FSDP" against "FSDP + torch.compile"). Elsewhere
+# the fused default stands (Megatron's fused kernels; torchtitan's other docs do not say).
+EAGER_UNLESS_COMPILED = ("torchtitan_h100_2412",)
 # Fields a row must give (or ASSUMED must fill) before it is predicted; anything else has a safe default.
 NEEDED = ("tp", "pp", "dp", "micro_batch", "global_batch", "seq_len", "vocab_size", "recompute")
 # Peak dense 16-bit FLOP/s each FLOP-based metric is quoted against, per source prefix.
@@ -190,6 +194,8 @@ def canonical_values(raw: dict) -> tuple[dict, list[str]]:
     for keys, fields in NOTE_FEATURES:
         if any(key in notes for key in keys):
             values.update(fields)
+    if sid.startswith(EAGER_UNLESS_COMPILED) and "torch.compile" not in notes:
+        values["eager"] = True
     # torchtitan's TP plan shards the norms and residuals over the sequence (SequenceParallel): SP
     if sid.startswith("torchtitan") and _num(values.get("tp")) > 1:
         values["sequence_parallel"] = True

@@ -243,7 +243,7 @@ def test_nothing_assumed_when_everything_is_given(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text('model = "gpt3-1.3b"\nattention = "unfused"\n[parallel]\nnum_gpus = 8\ntp = 2\n'
                     'micro_batch = 2\nglobal_batch = 64\n'
-                    'recompute = "selective"\nzero_stage = 1\nsequence_parallel = true\n'
+                    'recompute = "selective"\nzero_stage = 1\nsequence_parallel = true\neager = false\n'
                     '[cluster]\ngpu = "h100-sxm"\nprecision = "bf16"\n')
     _, assumed = resolve_config_assumed(path)
     assert assumed == []

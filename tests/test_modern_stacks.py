@@ -194,3 +194,49 @@ def test_measured_attention_kernels_start_from_their_gpus_prior():
                                          lookup_gpu("a100-80gb").attention_efficiency]
     predicted = kernel_time(v["op"], v["peak"], v["hbm_bw"], None, np)
     assert np.allclose(predicted, v["time"], rtol=1e-12)
+
+
+def _layer_ops(**fields):
+    from vtrain.costmodel.ops import layer_forward_ops
+    d = encode([build_config(fields)])
+    return {op["name"]: op for op in layer_forward_ops(d, __import__("numpy"))}
+
+
+def test_eager_mode_adds_the_composite_kernels_passes():
+    from vtrain.costmodel.ops import ACT_BYTES, EAGER_EXTRA
+    llama = dict(GPT, arch="llama", num_kv_heads=4)
+    fused, eager = _layer_ops(**llama), _layer_ops(**llama, eager=True)
+    tokens, h = GPT["micro_batch"] * GPT["seq_len"], GPT["hidden_size"]
+    for name in ("input_norm", "post_attn_norm"):
+        assert eager[name]["bytes"] - fused[name]["bytes"] == pytest.approx(EAGER_EXTRA["rmsnorm"][0] * ACT_BYTES * tokens * h)
+        assert eager[name]["kernels"] == fused[name]["kernels"] + EAGER_EXTRA["rmsnorm"][1]
+    assert eager["mlp_residual"]["bytes"] == fused["mlp_residual"]["bytes"]  # one add kernel either way
+    assert eager["qkv_proj"]["flops"] == fused["qkv_proj"]["flops"]  # GEMMs are the same kernels
+    # GPT: LayerNorm is one native kernel in eager mode too; bias-dropout-add splits into three
+    gpt_fused, gpt_eager = _layer_ops(**GPT), _layer_ops(**GPT, eager=True)
+    assert gpt_eager["input_norm"]["bytes"] == gpt_fused["input_norm"]["bytes"]
+    assert gpt_eager["attn_residual"]["kernels"] == gpt_fused["attn_residual"]["kernels"] + 1
+    # the whole iteration: slower, and more so where bandwidth is scarce relative to compute
+    def slowdown(gpu):
+        base = dict(llama, gpu=gpu)
+        return predict(**base, eager=True).iteration_time_s / predict(**base).iteration_time_s
+    assert slowdown("h100-sxm") > slowdown("a100-80gb") > 1.02
+
+
+def test_eager_is_a_config_key_a_flag_and_fades_the_correction(cli, tmp_path):
+    from vtrain.costmodel.correction import trust_weight
+    assert build_config(dict(GPT, eager=True)).parallel.eager is True
+    assert build_config(dict(GPT)).parallel.eager is False
+    args = ["predict", "--model", "llama3-8b", "--gpu", "a100-80gb", "--num-gpus", "8", "--micro-batch", "1",
+            "--global-batch", "8", "--json"]
+    import json
+    fused = json.loads(cli(*args).stdout)
+    eager = json.loads(cli(*args, "--eager").stdout)
+    assert eager["iteration_time_s"] > fused["iteration_time_s"]
+    text = cli(*args[:-1], "--eager").stdout
+    assert " eager" in text and "PyTorch eager kernels" in text  # the strategy line and the out-of-domain line
+    shipped = Predictor.load("default")
+    cfg = build_config(dict(GPT, arch="llama", gpu="a100-80gb", eager=True))
+    assert float(trust_weight(shipped.correction, encode([cfg]), __import__("numpy"))[0]) < \
+        float(trust_weight(shipped.correction, encode([build_config(dict(GPT, arch="llama", gpu="a100-80gb"))]),
+                           __import__("numpy"))[0])

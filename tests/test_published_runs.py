@@ -166,3 +166,18 @@ def test_float8_rowwise_rows_are_refused_and_tensorwise_rows_kept(tmp_path):
     assert list(runs["source"]) == ["published:runs.csv#torchtitan_asynctp_2506_r09"]
     assert runs.iloc[0]["precision"] == "fp8"
     assert len(res.rejected) == 1 and "rowwise" in res.rejected[0] and "not modelled" in res.rejected[0]
+
+
+def test_torchtitan_rows_without_torch_compile_run_eager(tmp_path):
+    row = dict(BASE, source_id="torchtitan_h100_2412_r01", model="Llama 3.1 8B", num_layers=32, hidden_size=4096,
+               ffn_hidden_size=14336, num_attention_heads=32, num_kv_heads=8, seq_len=8192, vocab_size=128000,
+               gpu="H100 96GB HBM2e, 500W power limit (Grand Teton)", num_gpus=8, tp=1, pp=1, dp=8, cp=1,
+               virtual_pp="", micro_batch=2, global_batch=16, seq_parallel="", recompute="selective",
+               zero_stage="3 (FSDP2)", precision="bf16 mixed", measured_metric="tokens_per_s_per_gpu",
+               measured_value=5762, notes="FSDP; local batch 2")
+    compiled = dict(row, source_id="torchtitan_h100_2412_r02", measured_value=6667,
+                    notes="FSDP + torch.compile; local batch 2")
+    # another source's row without the word keeps the fused default (its doc does not say)
+    other = dict(row, source_id="torchtitan_a100_r01", gpu="A100 80GB", notes="")
+    runs = convert(write_rows(tmp_path / "runs.csv", [row, compiled, other]), "published_runs").tables["runs"]
+    assert list(runs["eager"]) == [True, False, False]
