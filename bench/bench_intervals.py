@@ -3,7 +3,8 @@ by model shape, each shape checked against a calibration from the other shapes),
 source (the checkpoint's stored calibration, which never saw them), and the analytical predictor.
 
 Run: python bench/bench_intervals.py out/shared-dataset [--folds 5] [--checkpoint default]
-     [--predictions cv.parquet]   # reuse held-out predictions (a runs table with predicted_s, fold)
+     [--predictions cv.parquet]   # reuse held-out predictions (a runs table with predicted_s, fold and
+                                  # correction_weight; bench_trust_scale.py --save's pred_1 / trust are read as those)
 The cross-validation is the runs-only split of `vtrain validate --no-kernels` (~5-30 min on 2 cores);
 `vtrain validate` prints the same table.
 """
@@ -31,6 +32,8 @@ def main() -> None:
     ds = load_dataset(args.dataset, seed=args.seed)
     if args.predictions:
         cv = pd.read_parquet(args.predictions)
+        if "predicted_s" not in cv and "pred_1" in cv:  # bench_trust_scale.py --save at scale 1
+            cv = cv.rename(columns={"pred_1": "predicted_s", "trust": "correction_weight"})
     else:
         settings = FitSettings(seed=args.seed, progress=False)
         cv = ev.cross_validate_runs(ds, settings, args.folds, init=ev.pretrain(ds, settings))

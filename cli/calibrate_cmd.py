@@ -8,10 +8,12 @@ import typer
 from vtrain.cli.app import app
 
 
-def calibrate_checkpoint(ds, settings, folds: int, init=None):
+def calibrate_checkpoint(ds, settings, folds: int, init=None, published=None):
     """(calibration dict, residual frame): the runs-only grouped CV of the `vtrain fit` recipe (folds by
     model shape, every fold trained on all kernels and collectives, pre-trained once with `init`),
-    its held-out log ratios calibrated per setting (training/intervals.py)."""
+    its held-out log ratios calibrated per setting (training/intervals.py). The stored held-out
+    coverage is that of the interval a prediction shows: blended with the analytical calibration of
+    the other shapes and the public runs `published` (a runs table, or None)."""
     from vtrain.training import evaluate as ev
     from vtrain.training import intervals as iv
 
@@ -21,7 +23,11 @@ def calibrate_checkpoint(ds, settings, folds: int, init=None):
         init = ev.pretrain(ds, settings)
     cv = ev.cross_validate_runs(ds, settings, folds, init=init)
     frame = iv.residual_frame(cv)
-    cal = iv.calibrate_frame(frame)
+    cal = iv.calibrate(frame["log_ratio"], frame["setting"], frame["distance"])
+    _, covered, _ = iv.cv_blended_coverage(cv, iv.analytical_rows(ds.runs, published))
+    cal["coverage_leave_one_group_out"] = {
+        row["group"]: round(row["coverage"], 1) for row in iv.summarize_coverage(covered, frame["setting"]).to_dict("records")
+        if row["rows"]}
     cal["method"] = (f"split conformal on log(measured/predicted) of the runs-only grouped CV by model shape "
                      f"({cv['fold'].nunique()} folds, seed {settings.seed}, at most {settings.steps} steps); "
                      "scores divided by 1 + widening * domain distance")
@@ -34,7 +40,8 @@ def calibrate(
     checkpoint: str = typer.Option(..., "--checkpoint", "-c", help="Checkpoint whose .json gets the intervals "
                                    "('default', a .npz path), or 'none' for the analytical predictor."),
     published: Optional[Path] = typer.Option(None, "--published", help="Public runs (published/runs.csv) added to the "
-                                             "analytical calibration (default: the shared data's, if present)."),
+                                             "analytical calibration, which a checkpoint's intervals blend in where "
+                                             "its correction fades (default: the shared data's, if present)."),
     folds: int = typer.Option(5, "--folds", "-k", help="Folds grouped by model shape."),
     replace_shipped: bool = typer.Option(False, "--replace-shipped", help="Allow writing into the installed "
                                          "package's checkpoints folder."),
@@ -58,12 +65,20 @@ def calibrate(
     if analytical:
         target = ckpt.shipped_dir() / ckpt.ANALYTICAL_INTERVALS
         check_output(target.with_suffix(".npz"), replace_shipped)
-        pub = _published(published)
-        frame = iv.analytical_frame(ds.runs, pub)
-        cal = iv.calibrate_frame(frame)
-        cal.update(widening=0.0, widening_choice="none: the analytical model has no training range",
-                   method="split conformal on log(measured/predicted) of the analytical model on every run "
-                          "(no fitted parameters); coverage: leave one model shape / public source out",
+        pub = published_runs(published)
+        frame, rows = iv.analytical_rows(ds.runs, pub)
+        cal = iv.analytical_calibration(frame, rows)
+        covered, _ = iv.analytical_coverage(frame, rows)
+        public = frame["group"].str.startswith("published:").to_numpy()
+        cal["coverage_leave_one_group_out"] = {
+            row["group"]: round(row["coverage"], 1)
+            for row in iv.summarize_coverage(covered[~public], frame["setting"][~public]).to_dict("records")
+            if row["rows"]}
+        if public.any():
+            cal["coverage_leave_one_group_out"]["public"] = round(float(covered[public].mean() * 100), 1)
+        cal.update(method="split conformal on log(measured/predicted) of the analytical model on every run "
+                          "(no fitted parameters); the feature range of those runs, beyond which the far widening "
+                          "applies; coverage: leave one model shape / public source out",
                    data_hash=ds.fingerprint, published_rows=0 if pub is None else len(pub))
         path = ckpt.write_json(target, cal)
     else:
@@ -77,7 +92,7 @@ def calibrate(
         if meta.get("data_hash") not in (None, ds.fingerprint):
             typer.echo(f"note: '{dataset_dir}' is not byte for byte the dataset '{path}' was fitted on "
                        "(data hash differs); the intervals describe this dataset's recipe", err=True)
-        cal, _ = calibrate_checkpoint(ds, settings, folds)
+        cal, _ = calibrate_checkpoint(ds, settings, folds, published=published_runs(published))
         if cal is None:
             raise UserError(f"DATASET_DIR: '{dataset_dir}' has runs of one model shape only; holding one out for "
                             "honest residuals needs at least two")
@@ -86,7 +101,7 @@ def calibrate(
     typer.echo(f"wrote the intervals into {path}: {_describe(cal)}")
 
 
-def _published(path):
+def published_runs(path):
     from vtrain.training.published import default_path, load_published
 
     path = path or default_path()

@@ -106,9 +106,9 @@ def fit(
                 + (" --replace-shipped" if replace_shipped else "") + (" --intervals" if intervals else ""), **report,
     )
     if intervals:
-        from vtrain.cli.calibrate_cmd import calibrate_checkpoint
+        from vtrain.cli.calibrate_cmd import calibrate_checkpoint, published_runs
 
-        calibration, _ = calibrate_checkpoint(ds, settings, 5)
+        calibration, _ = calibrate_checkpoint(ds, settings, 5, published=published_runs(None))
         if calibration is None:
             typer.echo("note: --intervals needs runs of at least two model shapes; no intervals stored", err=True)
         else:

@@ -41,9 +41,9 @@ def interval_note(result) -> str:
     if not math.isfinite(result.iteration_time_s_low):
         return (f"no prediction interval: checkpoint '{result.checkpoint}' has no calibration; add one with "
                 f"`vtrain calibrate DATASET_DIR -c {result.checkpoint}`")
-    if result.interval_widening > 1.0 + 1e-9:
+    if result.interval_widening >= 1.05:
         return (f"the {result.interval_level * 100:.0f} % interval is {result.interval_widening:.1f}x as wide (in log "
-                "terms) as inside the training data, since the config lies outside it")
+                "terms) as inside the measured runs, since the config lies outside those it was calibrated on")
     return ""
 
 

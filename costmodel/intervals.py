@@ -12,8 +12,15 @@ and a prediction t of a config at domain distance u (see `domain_distance`) gets
     [t * exp(lo * w), t * exp(hi * w)]   (seconds),  w = 1 + g * u + f * max(u - u_max, 0)
 
 where [lo, hi] are the conformal quantiles of the held-out scores log(measured / predicted) / (1 + g * u)
-of the config's setting (single-node: all GPUs in one node; multi-node otherwise). Pure array code
-(numpy or jax.numpy), no state.
+of the config's setting (single-node: all GPUs in one node; multi-node otherwise).
+
+The combined predictor applies its learned correction at a weight c in [0, 1] (correction.trust_weight;
+1 inside the training runs, towards 0 outside, where its answer becomes the analytical one), so its
+log bounds blend the same way: c * (the checkpoint's bounds) + (1 - c) * (the analytical predictor's
+bounds), each widened by its own distance (the analytical calibration stores the feature range of the
+runs it was calibrated on: vTrain's and the public ones). A config far outside the training runs thus
+gets the analytical model's interval, widened beyond the runs that interval was measured on. Pure
+array code (numpy or jax.numpy), no state.
 """
 from __future__ import annotations
 
@@ -81,14 +88,15 @@ def widening(calibration: dict, distance, xp=np):
     return 1.0 + g * distance + f * xp.maximum(distance - u_max, 0.0)
 
 
-def bounds(calibration: dict | None, time_s, num_gpus, gpus_per_node, distance, xp=np):
-    """(low, high) in seconds around predicted `time_s` (arrays); NaN where the calibration has no
-    bounds for the config's setting, or when there is no calibration."""
-    time_s = xp.asarray(time_s, dtype=float)
-    if not calibration:
-        nan = xp.full(time_s.shape, xp.nan)
-        return nan, nan
+def log_bounds(calibration: dict | None, num_gpus, gpus_per_node, distance, xp=np):
+    """(low, high) log ratios measured / predicted of the interval at domain distance `distance`
+    (widened; see `widening`); NaN where the calibration has no bounds for the config's setting, or
+    when there is no calibration."""
     multi = setting_of(num_gpus, gpus_per_node, xp)
+    distance = xp.asarray(distance, dtype=float)
+    if not calibration:
+        nan = xp.full(xp.broadcast_shapes(xp.shape(multi), distance.shape), xp.nan)
+        return nan, nan
     table = calibration["log_ratio"]
 
     def bound(name, i):
@@ -98,17 +106,55 @@ def bounds(calibration: dict | None, time_s, num_gpus, gpus_per_node, distance, 
     lo = xp.where(multi == 1, bound("multi-node", 0), bound("single-node", 0))
     hi = xp.where(multi == 1, bound("multi-node", 1), bound("single-node", 1))
     w = widening(calibration, distance, xp)
-    return time_s * xp.exp(lo * w), time_s * xp.exp(hi * w)
+    return lo * w, hi * w
+
+
+def bounds(calibration: dict | None, time_s, num_gpus, gpus_per_node, distance, xp=np):
+    """(low, high) in seconds around predicted `time_s` (arrays); NaN where the calibration has no
+    bounds for the config's setting, or when there is no calibration."""
+    time_s = xp.asarray(time_s, dtype=float)
+    lo, hi = log_bounds(calibration, num_gpus, gpus_per_node, distance, xp)
+    return time_s * xp.exp(lo), time_s * xp.exp(hi)
+
+
+def blended_log_bounds(calibration: dict | None, distance, analytical: dict | None, analytical_distance,
+                       weight, num_gpus, gpus_per_node, xp=np):
+    """(low, high) log bounds of a prediction whose learned correction applies at `weight` (0-1): the
+    weighted mean of `calibration`'s bounds at `distance` and the `analytical` calibration's at
+    `analytical_distance` (see the module docstring). Without an analytical calibration, or with
+    weight None, `calibration`'s bounds alone."""
+    lo, hi = log_bounds(calibration, num_gpus, gpus_per_node, distance, xp)
+    if analytical is None or weight is None:
+        return lo, hi
+    a_lo, a_hi = log_bounds(analytical, num_gpus, gpus_per_node, analytical_distance, xp)
+    c = xp.asarray(weight, dtype=float)
+    return c * lo + (1.0 - c) * a_lo, c * hi + (1.0 - c) * a_hi
+
+
+def calibration_ranges(calibration: dict | None) -> tuple[dict | None, dict | None]:
+    """(global, trust) feature ranges stored with a calibration (the analytical one keeps the range of
+    the runs it was calibrated on); (None, None) when it stores none."""
+    ranges = (calibration or {}).get("feature_range") or {}
+    return ranges.get("global"), ranges.get("trust")
 
 
 def interval_arrays(calibration: dict | None, feature_range: dict | None, d, time_s, xp=np,
-                    trust_range: dict | None = None) -> dict:
+                    trust_range: dict | None = None, analytical: dict | None = None, weight=None) -> dict:
     """{"low", "high", "distance", "widening"} arrays for configs `d` (a SimInput) predicted at
-    `time_s` seconds (`feature_range`, `trust_range`: see `domain_distance`)."""
+    `time_s` seconds (`feature_range`, `trust_range`: see `domain_distance`; `analytical`, `weight`:
+    the analytical calibration and the correction's weight per config, see `blended_log_bounds`).
+    "widening" is the interval's log width over its width at distance 0 (1 inside the data)."""
     distance = domain_distance(feature_range, d, xp, trust_range)
-    low, high = bounds(calibration, time_s, d.num_gpus, d.gpus_per_node, distance, xp)
-    factor = widening(calibration or {}, distance, xp)
-    return dict(low=low, high=high, distance=distance, widening=factor)
+    a_global, a_trust = calibration_ranges(analytical)
+    a_distance = domain_distance(a_global, d, xp, a_trust)
+    args = (d.num_gpus, d.gpus_per_node, xp)
+    lo, hi = blended_log_bounds(calibration, distance, analytical, a_distance, weight, *args)
+    lo0, hi0 = blended_log_bounds(calibration, 0.0 * distance, analytical, 0.0 * a_distance, weight, *args)
+    time_s = xp.asarray(time_s, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        factor = xp.where(hi0 - lo0 > 0, (hi - lo) / xp.where(hi0 - lo0 > 0, hi0 - lo0, 1.0), 1.0)
+    factor = xp.where(xp.isfinite(factor), factor, 1.0)
+    return dict(low=time_s * xp.exp(lo), high=time_s * xp.exp(hi), distance=distance, widening=factor)
 
 
 def check_calibration(calibration, where: str) -> dict | None:
@@ -122,6 +168,14 @@ def check_calibration(calibration, where: str) -> dict | None:
         if pair is not None and (not isinstance(pair, list) or len(pair) != 2
                                  or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair)):
             raise ValueError(f"{where}: intervals.log_ratio.{name} must be [low, high] finite numbers, got {pair!r}")
+    ranges = calibration.get("feature_range", {})
+    if not isinstance(ranges, dict):
+        raise ValueError(f"{where}: intervals.feature_range must be a table of {{\"min\", \"max\"}} ranges")
+    for name, seen in ranges.items():
+        if not (isinstance(seen, dict) and isinstance(seen.get("min"), list) and isinstance(seen.get("max"), list)
+                and len(seen["min"]) == len(seen["max"])):
+            raise ValueError(f"{where}: intervals.feature_range.{name} must be {{\"min\": [...], \"max\": [...]}} "
+                             "of equal lengths")
     for key in ("widening", "far_widening", "calibrated_distance"):
         g = calibration.get(key, 0.0)
         if not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:

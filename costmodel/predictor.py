@@ -67,6 +67,9 @@ class Predictor:
     allreduce_table: dict | None = None
     # The prediction-interval calibration (costmodel/intervals.py); None: predictions carry no interval.
     calibration: dict | None = None
+    # The analytical predictor's calibration, which a checkpoint's intervals blend in where its
+    # correction fades (costmodel/intervals.py); None for the analytical predictor itself.
+    analytical_calibration: dict | None = None
 
     @classmethod
     def load(cls, checkpoint: str | None = ckpt.DEFAULT_NAME, allreduce_table: dict | None = None) -> "Predictor":
@@ -74,7 +77,8 @@ class Predictor:
         if checkpoint is None or str(checkpoint).lower() in ("none", "analytical", ""):
             return cls(None, {}, "none", allreduce_table, ckpt.load_analytical_intervals())
         params, meta = ckpt.load(checkpoint)
-        return cls(params, meta, str(checkpoint), allreduce_table, meta.get("intervals"))
+        return cls(params, meta, str(checkpoint), allreduce_table, meta.get("intervals"),
+                   ckpt.load_analytical_intervals())
 
     @property
     def feature_range(self) -> dict | None:
@@ -88,8 +92,14 @@ class Predictor:
 
     def interval(self, d, time_s, xp=np) -> dict:
         """{"low", "high", "distance", "widening"} arrays (seconds) for encoded configs `d` predicted
-        at `time_s` (see costmodel/intervals.py); NaN bounds without a calibration."""
-        return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp, self.trust_range)
+        at `time_s` (see costmodel/intervals.py); NaN bounds without a calibration. The analytical
+        predictor widens beyond the runs its calibration saw; a checkpoint beyond its training runs,
+        and blends in the analytical interval as its correction fades."""
+        if self.correction is None:
+            seen, seen_trust = intervals.calibration_ranges(self.calibration)
+            return intervals.interval_arrays(self.calibration, seen, d, time_s, xp, seen_trust)
+        return intervals.interval_arrays(self.calibration, self.feature_range, d, time_s, xp, self.trust_range,
+                                         analytical=self.analytical_calibration, weight=self.correction_weight(d))
 
     def correction_weight(self, d) -> np.ndarray | None:
         """Per encoded config (float64, one per row), the share of the learned correction applied (1

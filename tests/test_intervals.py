@@ -1,4 +1,5 @@
-"""Prediction intervals: split-conformal bounds, the widening outside the training data, calibration
+"""Prediction intervals: split-conformal bounds, the widening outside the training data, the blend with
+the analytical interval as the correction fades, calibration
 and held-out coverage on synthetic residuals, and the intervals predict, the API and the
 checkpoint carry."""
 import json
@@ -96,6 +97,66 @@ def test_bounds_use_the_setting_and_widen_with_distance():
     assert np.isnan(nan_low[0])
 
 
+def test_blended_bounds_follow_the_correction_weight():
+    """A prediction whose correction applies at weight c gets c x the checkpoint's log bounds plus
+    (1 - c) x the analytical ones, each widened by its own distance."""
+    cal = dict(level=0.9, widening=0.0, log_ratio={"single-node": [-0.1, 0.1], "multi-node": [-0.2, 0.2]})
+    analytical = dict(level=0.9, widening=0.0, far_widening=1.0, calibrated_distance=0.0,
+                      log_ratio={"single-node": [-0.3, 0.6], "multi-node": [-0.4, 0.8]})
+    gpus, per_node = np.array([64, 64, 64, 64]), np.array([8, 8, 8, 8])
+    weight = np.array([1.0, 0.0, 0.5, 0.0])
+    a_distance = np.array([0.0, 0.0, 0.0, 1.0])  # the last one lies a doubling beyond the analytical runs
+    lo, hi = intervals.blended_log_bounds(cal, np.zeros(4), analytical, a_distance, weight, gpus, per_node)
+    assert lo.tolist() == pytest.approx([-0.2, -0.4, -0.3, -0.8]) and hi.tolist() == pytest.approx([0.2, 0.8, 0.5, 1.6])
+    # no analytical calibration (or no weight): the checkpoint's bounds alone
+    lo, hi = intervals.blended_log_bounds(cal, np.zeros(4), None, a_distance, weight, gpus, per_node)
+    assert lo.tolist() == pytest.approx([-0.2] * 4)
+
+
+def test_far_outside_the_data_the_interval_is_the_analytical_one():
+    """Where the correction has faded (16x the largest GPU count of the runs) the combined predictor's
+    interval, relative to its answer, is within a few points of the analytical predictor's; inside
+    the runs it is its own, narrower one."""
+    import vtrain
+
+    cfg = dict(model="gpt3-175b", gpu="a100-80gb", tp=8, pp=8, micro_batch=1, global_batch=6144,
+               schedule="interleaved", vpp=6, recompute="selective", sequence_parallel=True, num_gpus=8192)
+    combined = vtrain.predict(vtrain.load_config(**cfg))
+    analytical = vtrain.predict(vtrain.load_config(**cfg), checkpoint="none")
+    assert combined.correction_weight < 0.1
+    for attr in ("iteration_time_s_low", "iteration_time_s_high"):
+        rel_c = math.log(getattr(combined, attr) / combined.iteration_time_s)
+        rel_a = math.log(getattr(analytical, attr) / analytical.iteration_time_s)
+        assert rel_c == pytest.approx(rel_a, rel=0.1), attr
+    inside = dict(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=8, tp=1, global_batch=64, recompute="full")
+    c = vtrain.predict(vtrain.load_config(**inside))
+    a = vtrain.predict(vtrain.load_config(**inside), checkpoint="none")
+    assert c.correction_weight == 1.0
+    assert math.log(c.iteration_time_s_high / c.iteration_time_s_low) < math.log(a.iteration_time_s_high / a.iteration_time_s_low)
+
+
+def test_the_analytical_interval_widens_beyond_the_runs_it_was_calibrated_on():
+    """The analytical calibration stores the feature range of its runs (vTrain's and the public ones):
+    a data-parallel degree beyond all of them widens the interval, one inside does not."""
+    import vtrain
+
+    stored = ckpt.load_analytical_intervals()
+    assert set(stored["feature_range"]) == {"global", "trust"}
+    cfg = dict(model="gpt3-175b", gpu="a100-80gb", tp=8, pp=8, micro_batch=1, recompute="selective",
+               sequence_parallel=True)
+    seen_dp = round(2 ** (4 * stored["feature_range"]["global"]["max"][2]))  # run_features column 2: log2 dp / 4
+    near = vtrain.predict(vtrain.load_config(**cfg, num_gpus=64 * 8, global_batch=16 * 8), checkpoint="none")
+    far = vtrain.predict(vtrain.load_config(**cfg, num_gpus=64 * 4 * seen_dp, global_batch=16 * 4 * seen_dp),
+                         checkpoint="none")  # 4x the largest dp, 16 micro-batches as near
+    assert near.interval_widening == 1.0 and far.interval_widening > 1.5
+
+
+def test_a_malformed_feature_range_in_a_calibration_is_refused():
+    cal = dict(level=0.9, log_ratio={"single-node": [-0.1, 0.1]}, feature_range={"global": {"min": [0.0]}})
+    with pytest.raises(ValueError, match="feature_range.global"):
+        intervals.check_calibration(cal, "x.json")
+
+
 def _synthetic_residuals(seed=0, n=600):
     """Held-out log ratios: noise sd 0.05 single-node, 0.15 multi-node, and 3x the noise per unit of
     distance for the rows outside their training range (a model that extrapolates worse)."""
@@ -168,9 +229,10 @@ def test_shipped_predictors_carry_intervals():
     for checkpoint in CALIBRATED:
         near = vtrain.predict(vtrain.load_config(**dict(cfg, num_gpus=3072)), checkpoint=checkpoint)
         assert near.iteration_time_s_low < near.iteration_time_s < near.iteration_time_s_high, checkpoint
-    # Beyond the largest distance the held-out residuals had, the interval widens (and predict says so).
+    # Beyond the runs behind the calibrations, the interval widens (and predict says so); a config
+    # inside vTrain's runs (full recompute, as all of them) keeps its own narrow interval.
     far = vtrain.predict(vtrain.load_config(**dict(cfg, num_gpus=12288)))
-    small = vtrain.predict(vtrain.load_config(model="gpt3-1.3b", num_gpus=8, tp=1, global_batch=64))
+    small = vtrain.predict(vtrain.load_config(model="gpt3-1.3b", num_gpus=8, tp=1, global_batch=64, recompute="full"))
     assert far.interval_widening > 1.0 and small.interval_widening == 1.0
     assert math.log(far.iteration_time_s_high / far.iteration_time_s) > \
         math.log(small.iteration_time_s_high / small.iteration_time_s)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from vtrain.costmodel.collectives import collective_time
-from vtrain.costmodel.correction import standalone
+from vtrain.costmodel.correction import standalone, trust_weight
 from vtrain.costmodel.simulator import kernel_time, simulate
 from vtrain.training.data import Dataset
 from vtrain.training.fit import FitSettings
@@ -68,14 +68,17 @@ def cross_validate_runs(ds: Dataset, settings: FitSettings, folds: int | None = 
     runs = ds.runs.reset_index(drop=True)
     fold_of = run_folds(runs, split, folds)
     pred = np.full(len(runs), np.nan)
+    weight = np.full(len(runs), np.nan)
     held_folds = sorted(set(fold_of) - {-1})
     for i, fold in enumerate(held_folds):
         t0 = time.perf_counter()
         test = fold_of == fold
         params, _ = train(ds, replace(settings, label=f"fold {fold}"), runs=runs[~test], init=init)
         pred[test] = predict_runs(runs[test], params)
+        weight[test] = np.asarray(trust_weight(params, encode_runs(runs[test]), np)) if params is not None else 0.0
         _report_fold(on_fold, i, len(held_folds), runs[test], pred[test], t0)
-    out = runs.assign(predicted_s=pred, setting=setting_label(runs), shape=shape_key(runs), fold=fold_of)
+    out = runs.assign(predicted_s=pred, correction_weight=weight, setting=setting_label(runs), shape=shape_key(runs),
+                      fold=fold_of)
     return out[~np.isnan(pred)]
 
 

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 
 from vtrain.costmodel.correction import run_features, trust_features
-from vtrain.costmodel.intervals import LEVEL, SETTINGS, conformal_bounds, domain_distance, widening
+from vtrain.costmodel.intervals import (LEVEL, SETTINGS, blended_log_bounds, calibration_ranges, conformal_bounds,
+                                        domain_distance, widening)
 
 WIDENINGS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)  # candidate g, in ascending order
 DEFAULT_WIDENING = 1.0  # when too few held-out rows lie outside their training range to choose g
@@ -124,17 +125,19 @@ def summarize_coverage(covered, setting, groups: dict[str, np.ndarray] | None = 
 
 
 def residual_frame(predictions: pd.DataFrame, distance=None, group_column: str = "shape") -> pd.DataFrame:
-    """log_ratio, setting, distance and group per row of held-out `predictions` (a runs table with
-    predicted_s; with a `fold` column and no `distance`, distances are taken from each fold's
-    training runs, see `fold_distances`)."""
+    """log_ratio, setting, distance, group and weight per row of held-out `predictions` (a runs table
+    with predicted_s and, where a correction predicted it, its correction_weight (else 1); with a `fold`
+    column and no `distance`, distances are taken from each fold's training runs, see
+    `fold_distances`)."""
     from vtrain.training.runs import encode_runs, setting_label
 
     p = predictions.reset_index(drop=True)
     if distance is None:
         distance = fold_distances(encode_runs(p), p["fold"].to_numpy()) if "fold" in p else np.zeros(len(p))
+    weight = p["correction_weight"].to_numpy(float) if "correction_weight" in p else np.ones(len(p))
     return pd.DataFrame(dict(log_ratio=np.log(p["iteration_time_s"].to_numpy(float) / p["predicted_s"].to_numpy(float)),
                              setting=np.asarray(setting_label(p)).astype(str), distance=np.asarray(distance, float),
-                             group=p[group_column].astype(str).to_numpy()))
+                             group=p[group_column].astype(str).to_numpy(), weight=weight))
 
 
 def calibrate_frame(frame: pd.DataFrame, level: float = LEVEL) -> dict:
@@ -147,23 +150,115 @@ def calibrate_frame(frame: pd.DataFrame, level: float = LEVEL) -> dict:
     return cal
 
 
-def analytical_frame(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Residual frame of the analytical predictor (no fitted parameters: every row is held out) on
-    dataset runs (grouped by model shape) and public runs (grouped by source, 'published:<group>')."""
+def feature_ranges(table: pd.DataFrame) -> dict:
+    """{"global": {"min", "max"}, "trust": {"min", "max"}}: the range of run_features and of
+    trust_features over a runs table's rows (the layout a checkpoint's feature_range has)."""
+    from vtrain.training.runs import encode_runs
+
+    d = encode_runs(table)
+    out = {}
+    for name, features in (("global", run_features(d, np)), ("trust", trust_features(d, np))):
+        f = np.asarray(features)
+        out[name] = dict(min=f.min(axis=0).tolist(), max=f.max(axis=0).tolist())
+    return out
+
+
+def analytical_rows(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(residual frame, rows): the analytical predictor (no fitted parameters: every row is held out)
+    on dataset runs (grouped by model shape) and public runs (grouped by source, 'published:<group>'),
+    and the runs table behind the frame, row for row."""
     from vtrain.training.evaluate import predict_runs
     from vtrain.training.runs import shape_key
 
-    frames = []
+    tables = []
     if len(runs):
-        frames.append(residual_frame(runs.assign(predicted_s=predict_runs(runs, None), shape=shape_key(runs)),
-                                     distance=np.zeros(len(runs))))
+        tables.append(runs.assign(shape=shape_key(runs)))
     if published is not None and len(published):
-        frames.append(residual_frame(published.assign(predicted_s=predict_runs(published, None),
-                                                      shape="published:" + published["group"].astype(str)),
-                                     distance=np.zeros(len(published))))
-    if not frames:
-        return pd.DataFrame(dict(log_ratio=[], setting=[], distance=[], group=[]))
-    return pd.concat(frames, ignore_index=True)
+        tables.append(published.assign(shape="published:" + published["group"].astype(str)))
+    if not tables:
+        return pd.DataFrame(dict(log_ratio=[], setting=[], distance=[], group=[], weight=[])), pd.DataFrame()
+    rows = pd.concat(tables, ignore_index=True)
+    rows = rows.assign(predicted_s=predict_runs(rows, None))
+    return residual_frame(rows, distance=np.zeros(len(rows))), rows
+
+
+def analytical_frame(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The residual frame of `analytical_rows`."""
+    return analytical_rows(runs, published)[0]
+
+
+def analytical_calibration(frame: pd.DataFrame, rows: pd.DataFrame, keep=None, level: float = LEVEL) -> dict:
+    """The analytical predictor's calibration from the rows `keep` (default all) of `analytical_rows`:
+    conformal bounds per setting, no widening inside, and the feature range of those rows (beyond it
+    the far widening applies: costmodel/intervals.widening)."""
+    keep = np.ones(len(frame), bool) if keep is None else np.asarray(keep, bool)
+    part = frame[keep]
+    cal = calibrate(part["log_ratio"], part["setting"], np.zeros(int(keep.sum())), level)
+    cal.update(widening=0.0, widening_choice="none: the analytical model has no training range",
+               calibrated_distance=0.0, rows_outside=0, feature_range=feature_ranges(rows[keep]))
+    return cal
+
+
+def analytical_coverage(frame: pd.DataFrame, rows: pd.DataFrame, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """(covered, relative width) per row of `analytical_rows`, each group (model shape or public source)
+    checked against the analytical calibration of all the other groups, widened by its distance from
+    their range."""
+    from vtrain.training.runs import encode_runs
+
+    covered, width = np.zeros(len(frame), bool), np.full(len(frame), np.nan)
+    groups = frame["group"].to_numpy()
+    for g in np.unique(groups):
+        test = groups == g
+        cal = analytical_calibration(frame, rows, ~test, level)
+        u = _distance(cal, encode_runs(rows[test]))
+        covered[test] = coverage(frame["log_ratio"][test], frame["setting"][test], u, cal)
+        width[test] = interval_width(cal, frame["setting"][test], u)
+    return covered, width
+
+
+def _distance(calibration: dict, d) -> np.ndarray:
+    seen, seen_trust = calibration_ranges(calibration)
+    return np.asarray(domain_distance(seen, d, np, seen_trust))
+
+
+def blended_coverage(frame: pd.DataFrame, rows: pd.DataFrame, calibration_for, analytical_for) -> tuple[np.ndarray, np.ndarray]:
+    """(covered, relative width) of a checkpoint's blended interval per row of residual `frame` (its
+    `rows` table, row for row): for each group, `calibration_for(group)` and `analytical_for(group)`
+    give the checkpoint's and the analytical calibration that never saw it."""
+    from vtrain.training.runs import encode_runs
+
+    covered, width = np.zeros(len(frame), bool), np.full(len(frame), np.nan)
+    groups = frame["group"].to_numpy()
+    rows = rows.reset_index(drop=True)
+    for g in np.unique(groups):
+        test = groups == g
+        part, d = frame[test], encode_runs(rows[test])
+        analytical = analytical_for(g)
+        lo, hi = blended_log_bounds(calibration_for(g), part["distance"].to_numpy(), analytical,
+                                    _distance(analytical, d), part["weight"].to_numpy(), d.num_gpus, d.gpus_per_node)
+        r = part["log_ratio"].to_numpy()
+        covered[test] = (r >= lo) & (r <= hi)
+        width[test] = np.exp(hi) - np.exp(lo)
+    return covered, width
+
+
+def cv_blended_coverage(cv: pd.DataFrame, analytical: tuple[pd.DataFrame, pd.DataFrame],
+                        level: float = LEVEL) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """(residual frame, covered, width) of grouped-CV predictions `cv`: each model shape checked against
+    the checkpoint calibration of the other shapes' residuals, blended with the analytical calibration
+    of all the other rows of `analytical` (analytical_rows)."""
+    f = residual_frame(cv)
+    fa, ra = analytical
+
+    def calibration_for(g):
+        keep = (f["group"] != g).to_numpy()
+        return calibrate(f["log_ratio"][keep], f["setting"][keep], f["distance"][keep], level)
+
+    def analytical_for(g):
+        return analytical_calibration(fa, ra, (fa["group"] != g).to_numpy(), level)
+
+    covered, width = blended_coverage(f, cv, calibration_for, analytical_for)
+    return f, covered, width
 
 
 def _rows(predictor: str, covered, width, labels: dict[str, np.ndarray]) -> list[dict]:
@@ -188,37 +283,43 @@ def coverage_report(cv: pd.DataFrame | None, runs: pd.DataFrame, published: pd.D
                     checkpoint: str = "checkpoint") -> list[dict]:
     """Held-out coverage of the `level` interval, in percent, with the median relative width:
     - combined predictor, single-/multi-node: the grouped-CV residuals `cv` (held out by model
-      shape), each shape checked against a calibration from the other shapes' residuals;
+      shape), each shape checked against a calibration from the other shapes' residuals, blended as
+      a prediction blends it with the analytical calibration of every other row (other shapes and
+      the public runs);
     - combined predictor, public runs per source: checkpoint `params` with its stored `calibration`
-      (fitted on other data; never on these rows);
+      (fitted on other data; never on these rows), blended with the analytical calibration of the
+      dataset runs and the other public sources;
     - analytical, the same groups: every run is held out (no fitted parameters); each model shape or
-      public source is checked against a calibration from all the other rows."""
+      public source is checked against a calibration from all the other rows, widened beyond their
+      feature range."""
+    from vtrain.costmodel.correction import trust_weight
     from vtrain.training.evaluate import predict_runs
     from vtrain.training.runs import encode_runs
 
     out = []
+    fa, ra = analytical_rows(runs, published)
     if cv is not None and len(cv):
-        f = residual_frame(cv)
-        covered = grouped_coverage(f["log_ratio"], f["setting"], f["distance"], f["group"], level)
-        cal = calibrate(f["log_ratio"], f["setting"], f["distance"], level)
-        out += _rows("combined (grouped CV)", covered, interval_width(cal, f["setting"], f["distance"]),
-                     {s: f["setting"].to_numpy() == s for s in SETTINGS})
+        f, covered, width = cv_blended_coverage(cv, (fa, ra), level)
+        out += _rows("combined (grouped CV)", covered, width, {s: f["setting"].to_numpy() == s for s in SETTINGS})
     if published is not None and len(published) and calibration and params is not None:
         ranges = (params or {}).get("feature_range") or {}
-        u = domain_distance(ranges.get("global"), encode_runs(published), np, ranges.get("trust"))
-        f = residual_frame(published.assign(predicted_s=predict_runs(published, params)), distance=u,
-                           group_column="group")
-        covered = coverage(f["log_ratio"], f["setting"], f["distance"], calibration)
-        out += _rows(f"combined ({checkpoint})", covered, interval_width(calibration, f["setting"], f["distance"]),
-                     _public_labels(f["group"].to_numpy()))
-    f = analytical_frame(runs, published)
-    if len(f):
-        covered = grouped_coverage(f["log_ratio"], f["setting"], f["distance"], f["group"], level)
-        cal = calibrate(f["log_ratio"], f["setting"], f["distance"], level)
-        public = f["group"].str.startswith("published:").to_numpy()
-        labels = {s: (f["setting"].to_numpy() == s) & ~public for s in SETTINGS}
+        d = encode_runs(published)
+        u = domain_distance(ranges.get("global"), d, np, ranges.get("trust"))
+        table = published.assign(predicted_s=predict_runs(published, params),
+                                 correction_weight=np.asarray(trust_weight(params, d, np)),
+                                 group="published:" + published["group"].astype(str))
+        f = residual_frame(table, distance=u, group_column="group")
+        covered, width = blended_coverage(
+            f, table, lambda g: calibration,
+            lambda g: analytical_calibration(fa, ra, (fa["group"] != g).to_numpy(), level))
+        out += _rows(f"combined ({checkpoint})", covered, width,
+                     _public_labels(f["group"].str.removeprefix("published:").to_numpy()))
+    if len(fa):
+        covered, width = analytical_coverage(fa, ra, level)
+        public = fa["group"].str.startswith("published:").to_numpy()
+        labels = {s: (fa["setting"].to_numpy() == s) & ~public for s in SETTINGS}
         labels.update({k: v & public for k, v in
-                       _public_labels(np.where(public, f["group"].str.removeprefix("published:"), "")).items()
+                       _public_labels(np.where(public, fa["group"].str.removeprefix("published:"), "")).items()
                        if k != "public "})
-        out += _rows("analytical", covered, interval_width(cal, f["setting"], f["distance"]), labels)
+        out += _rows("analytical", covered, width, labels)
     return out
