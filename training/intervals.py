@@ -268,7 +268,8 @@ def _rows(predictor: str, covered, width, labels: dict[str, np.ndarray]) -> list
         if mask.any():
             out.append(dict(predictor=predictor, group=name, rows=int(mask.sum()),
                             coverage=float(np.mean(covered[mask]) * 100),
-                            median_width=float(np.nanmedian(width[mask]) * 100)))
+                            median_width=float(np.nanmedian(width[mask]) * 100) if np.isfinite(width[mask]).any()
+                            else float("nan")))  # no interval for these rows (a setting without bounds)
     return out
 
 
