@@ -24,10 +24,8 @@ def calibrate_checkpoint(ds, settings, folds: int, init=None, published=None):
     cv = ev.cross_validate_runs(ds, settings, folds, init=init)
     frame = iv.residual_frame(cv)
     cal = iv.calibrate(frame["log_ratio"], frame["setting"], frame["distance"])
-    _, covered, _ = iv.cv_blended_coverage(cv, iv.analytical_rows(ds.runs, published))
-    cal["coverage_leave_one_group_out"] = {
-        row["group"]: round(row["coverage"], 1) for row in iv.summarize_coverage(covered, frame["setting"]).to_dict("records")
-        if row["rows"]}
+    _, covered, _ = iv.cv_blended_coverage(cv, iv.analytical_leave_one_out(*iv.analytical_rows(ds.runs, published)))
+    cal["coverage_leave_one_group_out"] = iv.coverage_by_setting(covered, frame["setting"])
     cal["method"] = (f"split conformal on log(measured/predicted) of the runs-only grouped CV by model shape "
                      f"({cv['fold'].nunique()} folds, seed {settings.seed}, at most {settings.steps} steps); "
                      "scores divided by 1 + widening * domain distance")
@@ -66,14 +64,11 @@ def calibrate(
         target = ckpt.shipped_dir() / ckpt.ANALYTICAL_INTERVALS
         check_output(target.with_suffix(".npz"), replace_shipped)
         pub = published_runs(published)
-        frame, rows = iv.analytical_rows(ds.runs, pub)
-        cal = iv.analytical_calibration(frame, rows)
-        covered, _ = iv.analytical_coverage(frame, rows)
+        frame, features = iv.analytical_rows(ds.runs, pub)
+        cal = iv.analytical_calibration(frame, features)
+        covered, _ = iv.analytical_coverage(frame, features)
         public = frame["group"].str.startswith("published:").to_numpy()
-        cal["coverage_leave_one_group_out"] = {
-            row["group"]: round(row["coverage"], 1)
-            for row in iv.summarize_coverage(covered[~public], frame["setting"][~public]).to_dict("records")
-            if row["rows"]}
+        cal["coverage_leave_one_group_out"] = iv.coverage_by_setting(covered[~public], frame["setting"][~public])
         if public.any():
             cal["coverage_leave_one_group_out"]["public"] = round(float(covered[public].mean() * 100), 1)
         cal.update(method="split conformal on log(measured/predicted) of the analytical model on every run "

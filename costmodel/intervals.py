@@ -56,7 +56,15 @@ def domain_distance(feature_range: dict | None, d, xp=np, trust_range: dict | No
     weight's range, correction.trust_features) the excess of the GPU and network figures and of the
     execution flags beyond it counts too, so other hardware or another recipe widens the interval as
     it fades the correction. 0 inside the range, or when there is no range (the analytical model)."""
-    features = xp.asarray(run_features(d, xp)) * 4.0  # run_features divides log2 values by 4
+    trusted = trust_features(d, xp) if trust_range is not None else None
+    return features_distance(run_features(d, xp), trusted, feature_range, trust_range, xp)
+
+
+def features_distance(run_feature_values, trust_feature_values, feature_range: dict | None,
+                      trust_range: dict | None = None, xp=np):
+    """`domain_distance` from configs' run_features and trust_features already computed (the trust
+    ones may be None when `trust_range` is None)."""
+    features = xp.asarray(run_feature_values) * 4.0  # run_features divides log2 values by 4
     if feature_range is None:
         return xp.zeros(features.shape[:-1])
     lo = xp.asarray(feature_range["min"]) * 4.0
@@ -65,7 +73,7 @@ def domain_distance(feature_range: dict | None, d, xp=np, trust_range: dict | No
     squared = xp.sum(excess * excess, axis=-1)
     if trust_range is not None:
         n = N_TRUST_FEATURES - N_GLOBAL_INPUTS  # the trust features that are not run features
-        extra = xp.asarray(trust_features(d, xp))[..., -n:]
+        extra = xp.asarray(trust_feature_values)[..., -n:]
         lo, hi = xp.asarray(trust_range["min"])[-n:], xp.asarray(trust_range["max"])[-n:]
         beyond = xp.maximum(lo - extra, 0.0) + xp.maximum(extra - hi, 0.0)
         squared = squared + xp.sum(beyond * beyond, axis=-1)

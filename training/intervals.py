@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vtrain.costmodel.correction import run_features, trust_features
+from vtrain.costmodel.correction import N_RUN_FEATURES, N_TRUST_FEATURES, run_features, trust_features
 from vtrain.costmodel.intervals import (LEVEL, SETTINGS, blended_log_bounds, calibration_ranges, conformal_bounds,
-                                        domain_distance, widening)
+                                        domain_distance, features_distance, widening)
 
 WIDENINGS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)  # candidate g, in ascending order
 DEFAULT_WIDENING = 1.0  # when too few held-out rows lie outside their training range to choose g
@@ -99,16 +99,46 @@ def fold_distances(runs_d, fold_of: np.ndarray) -> np.ndarray:
     fold): the global term's and the trust weight's feature ranges of those runs, as `fit` stores
     them and as a prediction measures it (so other hardware or an execution flag the fold's runs
     never had widens the held-out score as it widens a prediction)."""
-    features = np.asarray(run_features(runs_d, np))
-    trusted = np.asarray(trust_features(runs_d, np))
+    features = encoded_features(runs_d)
     out = np.zeros(len(fold_of))
     for fold in np.unique(fold_of):
         test = fold_of == fold
         if (~test).any():
-            seen = dict(min=features[~test].min(axis=0), max=features[~test].max(axis=0))
-            seen_trust = dict(min=trusted[~test].min(axis=0), max=trusted[~test].max(axis=0))
-            out[test] = domain_distance(seen, runs_d.take(test), np, seen_trust)
+            seen = _ranges(features, ~test)
+            out[test] = features_distance(features[0][test], features[1][test], seen["global"], seen["trust"])
     return out
+
+
+def encoded_features(d) -> tuple[np.ndarray, np.ndarray]:
+    """(run_features, trust_features) of encoded configs `d`."""
+    return np.asarray(run_features(d, np)), np.asarray(trust_features(d, np))
+
+
+def row_features(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """`encoded_features` of every row of a runs table (one encoding)."""
+    from vtrain.training.runs import encode_runs
+
+    return encoded_features(encode_runs(table))
+
+
+def _ranges(features: tuple[np.ndarray, np.ndarray], keep) -> dict:
+    """{"global": {"min", "max"}, "trust": {"min", "max"}} of the rows `keep` of `row_features` (the
+    layout a checkpoint's feature_range has)."""
+    return {name: dict(min=f[keep].min(axis=0).tolist(), max=f[keep].max(axis=0).tolist())
+            for name, f in zip(("global", "trust"), features)}
+
+
+def _distance(calibration: dict, features: tuple[np.ndarray, np.ndarray], rows) -> np.ndarray:
+    """Domain distance of the rows `rows` of `row_features` from a calibration's stored range."""
+    seen, seen_trust = calibration_ranges(calibration)
+    return np.asarray(features_distance(features[0][rows], features[1][rows], seen, seen_trust))
+
+
+def coverage_by_setting(covered, setting) -> dict[str, float]:
+    """{setting: coverage in percent, rounded to 0.1} for the settings with rows (as a calibration
+    stores its held-out coverage)."""
+    return {row["group"]: round(row["coverage"], 1)
+            for row in summarize_coverage(covered, setting).to_dict("records") if row["rows"]}
 
 
 def summarize_coverage(covered, setting, groups: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
@@ -140,33 +170,10 @@ def residual_frame(predictions: pd.DataFrame, distance=None, group_column: str =
                              group=p[group_column].astype(str).to_numpy(), weight=weight))
 
 
-def calibrate_frame(frame: pd.DataFrame, level: float = LEVEL) -> dict:
-    """`calibrate` on a residual frame, with its held-out (leave one group out) coverage per setting."""
-    cal = calibrate(frame["log_ratio"], frame["setting"], frame["distance"], level)
-    covered = grouped_coverage(frame["log_ratio"], frame["setting"], frame["distance"], frame["group"], level)
-    cal["coverage_leave_one_group_out"] = {
-        row["group"]: round(row["coverage"], 1) for row in summarize_coverage(covered, frame["setting"]).to_dict("records")
-        if row["rows"]}
-    return cal
-
-
-def feature_ranges(table: pd.DataFrame) -> dict:
-    """{"global": {"min", "max"}, "trust": {"min", "max"}}: the range of run_features and of
-    trust_features over a runs table's rows (the layout a checkpoint's feature_range has)."""
-    from vtrain.training.runs import encode_runs
-
-    d = encode_runs(table)
-    out = {}
-    for name, features in (("global", run_features(d, np)), ("trust", trust_features(d, np))):
-        f = np.asarray(features)
-        out[name] = dict(min=f.min(axis=0).tolist(), max=f.max(axis=0).tolist())
-    return out
-
-
-def analytical_rows(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(residual frame, rows): the analytical predictor (no fitted parameters: every row is held out)
-    on dataset runs (grouped by model shape) and public runs (grouped by source, 'published:<group>'),
-    and the runs table behind the frame, row for row."""
+def analytical_rows(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> tuple[pd.DataFrame, tuple]:
+    """(residual frame, row_features): the analytical predictor (no fitted parameters: every row is
+    held out) on dataset runs (grouped by model shape) and public runs (grouped by source,
+    'published:<group>'), and the features of those rows, row for row."""
     from vtrain.training.evaluate import predict_runs
     from vtrain.training.runs import shape_key
 
@@ -176,18 +183,14 @@ def analytical_rows(runs: pd.DataFrame, published: pd.DataFrame | None = None) -
     if published is not None and len(published):
         tables.append(published.assign(shape="published:" + published["group"].astype(str)))
     if not tables:
-        return pd.DataFrame(dict(log_ratio=[], setting=[], distance=[], group=[], weight=[])), pd.DataFrame()
+        empty = pd.DataFrame(dict(log_ratio=[], setting=[], distance=[], group=[], weight=[]))
+        return empty, (np.zeros((0, N_RUN_FEATURES)), np.zeros((0, N_TRUST_FEATURES)))
     rows = pd.concat(tables, ignore_index=True)
     rows = rows.assign(predicted_s=predict_runs(rows, None))
-    return residual_frame(rows, distance=np.zeros(len(rows))), rows
+    return residual_frame(rows, distance=np.zeros(len(rows))), row_features(rows)
 
 
-def analytical_frame(runs: pd.DataFrame, published: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The residual frame of `analytical_rows`."""
-    return analytical_rows(runs, published)[0]
-
-
-def analytical_calibration(frame: pd.DataFrame, rows: pd.DataFrame, keep=None, level: float = LEVEL) -> dict:
+def analytical_calibration(frame: pd.DataFrame, features: tuple, keep=None, level: float = LEVEL) -> dict:
     """The analytical predictor's calibration from the rows `keep` (default all) of `analytical_rows`:
     conformal bounds per setting, no widening inside, and the feature range of those rows (beyond it
     the far widening applies: costmodel/intervals.widening)."""
@@ -195,30 +198,38 @@ def analytical_calibration(frame: pd.DataFrame, rows: pd.DataFrame, keep=None, l
     part = frame[keep]
     cal = calibrate(part["log_ratio"], part["setting"], np.zeros(int(keep.sum())), level)
     cal.update(widening=0.0, widening_choice="none: the analytical model has no training range",
-               calibrated_distance=0.0, rows_outside=0, feature_range=feature_ranges(rows[keep]))
+               calibrated_distance=0.0, rows_outside=0, feature_range=_ranges(features, keep))
     return cal
 
 
-def analytical_coverage(frame: pd.DataFrame, rows: pd.DataFrame, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """(covered, relative width) per row of `analytical_rows`, each group (model shape or public source)
-    checked against the analytical calibration of all the other groups, widened by its distance from
-    their range."""
-    from vtrain.training.runs import encode_runs
+def analytical_leave_one_out(frame: pd.DataFrame, features: tuple, level: float = LEVEL):
+    """A function group -> the analytical calibration of the rows of `analytical_rows` outside that
+    group (model shape, or 'published:<source>'); each computed once."""
+    calibrations = {}
 
+    def without(group: str) -> dict:
+        if group not in calibrations:
+            calibrations[group] = analytical_calibration(frame, features, (frame["group"] != group).to_numpy(), level)
+        return calibrations[group]
+
+    return without
+
+
+def analytical_coverage(frame: pd.DataFrame, features: tuple, without=None,
+                        level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """(covered, relative width) per row of `analytical_rows`, each group (model shape or public source)
+    checked against the analytical calibration of all the other groups (`without`, default
+    `analytical_leave_one_out`), widened by its distance from their range."""
+    without = without or analytical_leave_one_out(frame, features, level)
     covered, width = np.zeros(len(frame), bool), np.full(len(frame), np.nan)
     groups = frame["group"].to_numpy()
     for g in np.unique(groups):
         test = groups == g
-        cal = analytical_calibration(frame, rows, ~test, level)
-        u = _distance(cal, encode_runs(rows[test]))
+        cal = without(g)
+        u = _distance(cal, features, test)
         covered[test] = coverage(frame["log_ratio"][test], frame["setting"][test], u, cal)
         width[test] = interval_width(cal, frame["setting"][test], u)
     return covered, width
-
-
-def _distance(calibration: dict, d) -> np.ndarray:
-    seen, seen_trust = calibration_ranges(calibration)
-    return np.asarray(domain_distance(seen, d, np, seen_trust))
 
 
 def blended_coverage(frame: pd.DataFrame, rows: pd.DataFrame, calibration_for, analytical_for) -> tuple[np.ndarray, np.ndarray]:
@@ -229,33 +240,31 @@ def blended_coverage(frame: pd.DataFrame, rows: pd.DataFrame, calibration_for, a
 
     covered, width = np.zeros(len(frame), bool), np.full(len(frame), np.nan)
     groups = frame["group"].to_numpy()
-    rows = rows.reset_index(drop=True)
+    d = encode_runs(rows.reset_index(drop=True))
+    features = encoded_features(d)
+    gpus, per_node = np.broadcast_to(d.num_gpus, len(frame)), np.broadcast_to(d.gpus_per_node, len(frame))
     for g in np.unique(groups):
         test = groups == g
-        part, d = frame[test], encode_runs(rows[test])
+        part = frame[test]
         analytical = analytical_for(g)
         lo, hi = blended_log_bounds(calibration_for(g), part["distance"].to_numpy(), analytical,
-                                    _distance(analytical, d), part["weight"].to_numpy(), d.num_gpus, d.gpus_per_node)
+                                    _distance(analytical, features, test), part["weight"].to_numpy(),
+                                    gpus[test], per_node[test])
         r = part["log_ratio"].to_numpy()
         covered[test] = (r >= lo) & (r <= hi)
         width[test] = np.exp(hi) - np.exp(lo)
     return covered, width
 
 
-def cv_blended_coverage(cv: pd.DataFrame, analytical: tuple[pd.DataFrame, pd.DataFrame],
-                        level: float = LEVEL) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+def cv_blended_coverage(cv: pd.DataFrame, analytical_for, level: float = LEVEL) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """(residual frame, covered, width) of grouped-CV predictions `cv`: each model shape checked against
-    the checkpoint calibration of the other shapes' residuals, blended with the analytical calibration
-    of all the other rows of `analytical` (analytical_rows)."""
+    the checkpoint calibration of the other shapes' residuals, blended with `analytical_for(shape)`,
+    the analytical calibration of all the other rows (`analytical_leave_one_out`)."""
     f = residual_frame(cv)
-    fa, ra = analytical
 
     def calibration_for(g):
         keep = (f["group"] != g).to_numpy()
         return calibrate(f["log_ratio"][keep], f["setting"][keep], f["distance"][keep], level)
-
-    def analytical_for(g):
-        return analytical_calibration(fa, ra, (fa["group"] != g).to_numpy(), level)
 
     covered, width = blended_coverage(f, cv, calibration_for, analytical_for)
     return f, covered, width
@@ -298,9 +307,10 @@ def coverage_report(cv: pd.DataFrame | None, runs: pd.DataFrame, published: pd.D
     from vtrain.training.runs import encode_runs
 
     out = []
-    fa, ra = analytical_rows(runs, published)
+    fa, features = analytical_rows(runs, published)
+    without = analytical_leave_one_out(fa, features, level)  # shared by the three parts below
     if cv is not None and len(cv):
-        f, covered, width = cv_blended_coverage(cv, (fa, ra), level)
+        f, covered, width = cv_blended_coverage(cv, without, level)
         out += _rows("combined (grouped CV)", covered, width, {s: f["setting"].to_numpy() == s for s in SETTINGS})
     if published is not None and len(published) and calibration and params is not None:
         ranges = (params or {}).get("feature_range") or {}
@@ -310,13 +320,11 @@ def coverage_report(cv: pd.DataFrame | None, runs: pd.DataFrame, published: pd.D
                                  correction_weight=np.asarray(trust_weight(params, d, np)),
                                  group="published:" + published["group"].astype(str))
         f = residual_frame(table, distance=u, group_column="group")
-        covered, width = blended_coverage(
-            f, table, lambda g: calibration,
-            lambda g: analytical_calibration(fa, ra, (fa["group"] != g).to_numpy(), level))
+        covered, width = blended_coverage(f, table, lambda g: calibration, without)
         out += _rows(f"combined ({checkpoint})", covered, width,
                      _public_labels(f["group"].str.removeprefix("published:").to_numpy()))
     if len(fa):
-        covered, width = analytical_coverage(fa, ra, level)
+        covered, width = analytical_coverage(fa, features, without, level)
         public = fa["group"].str.startswith("published:").to_numpy()
         labels = {s: (fa["setting"].to_numpy() == s) & ~public for s in SETTINGS}
         labels.update({k: v & public for k, v in
