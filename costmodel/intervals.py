@@ -152,9 +152,11 @@ def interval_arrays(calibration: dict | None, feature_range: dict | None, d, tim
     `time_s` seconds (`feature_range`, `trust_range`: see `domain_distance`; `analytical`, `weight`:
     the analytical calibration and the correction's weight per config, see `blended_log_bounds`).
     "widening" is the interval's log width over its width at distance 0 (1 inside the data)."""
-    distance = domain_distance(feature_range, d, xp, trust_range)
+    run_values = run_features(d, xp)  # both distances read the same features: computed once
+    trust_values = trust_features(d, xp) if trust_range is not None or analytical is not None else None
+    distance = features_distance(run_values, trust_values, feature_range, trust_range, xp)
     a_global, a_trust = calibration_ranges(analytical)
-    a_distance = domain_distance(a_global, d, xp, a_trust)
+    a_distance = features_distance(run_values, trust_values, a_global, a_trust, xp)
     args = (d.num_gpus, d.gpus_per_node, xp)
     lo, hi = blended_log_bounds(calibration, distance, analytical, a_distance, weight, *args)
     lo0, hi0 = blended_log_bounds(calibration, 0.0 * distance, analytical, 0.0 * a_distance, weight, *args)
