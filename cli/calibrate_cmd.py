@@ -26,7 +26,8 @@ def calibrate_checkpoint(ds, settings, folds: int, init=None, published=None):
     cal = iv.calibrate(frame["log_ratio"], frame["setting"], frame["distance"])
     _, covered, _ = iv.cv_blended_coverage(cv, iv.analytical_leave_one_out(*iv.analytical_rows(ds.runs, published)))
     cal["coverage_leave_one_group_out"] = iv.coverage_by_setting(covered, frame["setting"])
-    cal["method"] = (f"split conformal on log(measured/predicted) of the runs-only grouped CV by model shape "
+    cal["method"] = (f"split conformal on log(measured/predicted), symmetric about the median, of the runs-only "
+                     "grouped CV by model shape "
                      f"({cv['fold'].nunique()} folds, seed {settings.seed}, at most {settings.steps} steps); "
                      "scores divided by 1 + widening * domain distance")
     return cal, frame
@@ -71,7 +72,8 @@ def calibrate(
         cal["coverage_leave_one_group_out"] = iv.coverage_by_setting(covered[~public], frame["setting"][~public])
         if public.any():
             cal["coverage_leave_one_group_out"]["public"] = round(float(covered[public].mean() * 100), 1)
-        cal.update(method="split conformal on log(measured/predicted) of the analytical model on every run "
+        cal.update(method="split conformal on log(measured/predicted), symmetric about the median, of the analytical "
+                          "model on every run "
                           "(no fitted parameters); the feature range of those runs, beyond which the far widening "
                           "applies; coverage: leave one model shape / public source out",
                    data_hash=ds.fingerprint, published_rows=0 if pub is None else len(pub))

@@ -11,8 +11,10 @@ and a prediction t of a config at domain distance u (see `domain_distance`) gets
 
     [t * exp(lo * w), t * exp(hi * w)]   (seconds),  w = 1 + g * u + f * max(u - u_max, 0)
 
-where [lo, hi] are the conformal quantiles of the held-out scores log(measured / predicted) / (1 + g * u)
-of the config's setting (single-node: all GPUs in one node; multi-node otherwise).
+where [lo, hi] = [m - q, m + q]: m the median of the held-out scores log(measured / predicted) /
+(1 + g * u) of the config's setting (single-node: all GPUs in one node; multi-node otherwise) and
+q the conformal quantile of their distance from m (`conformal_bounds`; checkpoints calibrated before
+it store equal-tailed bounds, used as stored).
 
 The combined predictor applies its learned correction at a weight c in [0, 1] (correction.trust_weight;
 1 inside the training runs, towards 0 outside, where its answer becomes the analytical one), so its
@@ -35,18 +37,23 @@ SETTINGS = ("single-node", "multi-node")
 
 
 def conformal_bounds(scores, level: float = LEVEL) -> tuple[float, float]:
-    """Equal-tailed split-conformal quantiles (lo, hi) of calibration `scores`: a new score from the
-    same distribution lies in [lo, hi] with probability >= `level`. Finite-sample ranks
-    floor((n + 1) a/2) and ceil((n + 1)(1 - a/2)) with a = 1 - level; -inf / inf when there are too
-    few scores for that rank (fewer than 2/a - 1, i.e. 19 at 90 %)."""
-    s = np.sort(np.asarray(scores, dtype=float))
+    """Split-conformal bounds (m - q, m + q) of calibration `scores`, symmetric about their median m:
+    q is the ceil((n + 1) * level)-th smallest |score - m|, so a new score from the same distribution
+    lies in the bounds with probability >= `level`; (-inf, inf) when there are too few scores for that
+    rank (fewer than level / (1 - level), i.e. 9 at 90 %).
+
+    Symmetric about the median rather than equal-tailed: held out by model shape, a shape's bias can
+    have either sign, and with few shapes (vTrain's multi-node runs have three) the tails' asymmetry
+    learned from the others does not carry over to it; a bias shared by all the scores still moves
+    the centre (docs/accuracy.md, "symmetric bounds")."""
+    s = np.asarray(scores, dtype=float)
     n = len(s)
-    alpha = 1.0 - level
-    k_lo = math.floor((n + 1) * alpha / 2.0 + 1e-9)  # (1 - 0.9) / 2 * 100 is 4.999... in floating point
-    k_hi = math.ceil((n + 1) * (1.0 - alpha / 2.0) - 1e-9)
-    lo = float(s[k_lo - 1]) if 1 <= k_lo <= n else -math.inf
-    hi = float(s[k_hi - 1]) if 1 <= k_hi <= n else math.inf
-    return lo, hi
+    k = math.ceil((n + 1) * level - 1e-9)  # (n + 1) * 0.9 can land a hair above an integer in floating point
+    if not 1 <= k <= n:
+        return -math.inf, math.inf
+    centre = float(np.median(s))
+    q = float(np.sort(np.abs(s - centre))[k - 1])
+    return centre - q, centre + q
 
 
 def domain_distance(feature_range: dict | None, d, xp=np, trust_range: dict | None = None):

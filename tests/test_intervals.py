@@ -20,20 +20,34 @@ from vtrain.training.model import init_correction, to_numpy
 CALIBRATED = ("none", "default")  # shipped predictors with a stored interval calibration
 
 
-def test_conformal_bounds_take_the_finite_sample_ranks():
-    scores = np.arange(1, 100, dtype=float)  # 99 scores 1..99, shuffled below
+def test_conformal_bounds_take_the_finite_sample_rank_about_the_median():
+    scores = np.arange(-49, 50, dtype=float) + 7.0  # 99 scores, median 7, |score - 7| 0, 1, 1, 2, 2, ..., 49, 49
     rng = np.random.default_rng(0)
     lo, hi = intervals.conformal_bounds(rng.permutation(scores), 0.9)
-    # ranks floor(100 * 0.05) = 5 and ceil(100 * 0.95) = 95
-    assert (lo, hi) == (5.0, 95.0)
-    assert intervals.conformal_bounds(scores[:10], 0.9) == (-math.inf, math.inf)  # too few for 90 %
+    # rank ceil(100 * 0.9) = 90 of the sorted distances from the median: 45
+    assert (lo, hi) == (7.0 - 45.0, 7.0 + 45.0)
+    skewed = np.array([0.0, 1, 2, 3, 4, 5, 6, 7, 100])  # median 4; rank 9 of 9 is the largest distance, 96
+    assert intervals.conformal_bounds(skewed, 0.9) == (4.0 - 96.0, 4.0 + 96.0)
+    assert intervals.conformal_bounds(skewed[:8], 0.9) == (-math.inf, math.inf)  # too few for 90 %
 
 
 def test_conformal_bounds_cover_new_draws_at_the_level():
     rng = np.random.default_rng(1)
-    lo, hi = intervals.conformal_bounds(rng.normal(0.1, 0.2, 400), 0.9)
-    new = rng.normal(0.1, 0.2, 20000)
-    assert 0.87 < np.mean((new >= lo) & (new <= hi)) < 0.93
+    for mean in (0.0, 0.1, -0.15):  # a biased model's scores too: the bounds follow their median
+        lo, hi = intervals.conformal_bounds(rng.normal(mean, 0.2, 400), 0.9)
+        new = rng.normal(mean, 0.2, 20000)
+        assert 0.86 < np.mean((new >= lo) & (new <= hi)) < 0.95, mean
+
+
+def test_conformal_bounds_cover_a_held_out_group_biased_against_the_calibration_tail():
+    """The multi-node case: calibration shapes whose misses are slow runs (a long upper tail), a held-out
+    shape that runs faster than predicted. The bounds about the median reach as far down as up."""
+    rng = np.random.default_rng(2)
+    calibration = np.concatenate([rng.normal(0.0, 0.04, 60), rng.uniform(0.1, 0.45, 15)])
+    lo, hi = intervals.conformal_bounds(calibration, 0.9)
+    faster = rng.normal(-0.15, 0.05, 2000)
+    assert np.mean((faster >= lo) & (faster <= hi)) > 0.8
+    assert hi > 0.2 and lo < -0.2
 
 
 def _configs(**change):
@@ -187,7 +201,7 @@ def test_calibration_widens_outside_the_data_and_holds_its_level_on_held_out_gro
 
 def test_a_setting_with_too_few_rows_gets_no_interval():
     r, setting, u, _ = _synthetic_residuals(n=200)
-    setting = np.where(np.arange(200) < 190, "single-node", "multi-node")
+    setting = np.where(np.arange(200) < 195, "single-node", "multi-node")  # 5 multi-node rows: fewer than 9
     cal = iv.calibrate(r, setting, u)
     assert cal["log_ratio"]["multi-node"] is None and cal["log_ratio"]["single-node"] is not None
     assert not iv.coverage(r[-5:], setting[-5:], u[-5:], cal).any()
