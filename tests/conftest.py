@@ -20,8 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 if "VTRAIN_JAX_CACHE" not in os.environ:
     os.environ["VTRAIN_JAX_CACHE"] = tempfile.mkdtemp(prefix="vtrain-test-jax-")
     atexit.register(shutil.rmtree, os.environ["VTRAIN_JAX_CACHE"], ignore_errors=True)
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["VTRAIN_JAX_CACHE"])
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+if os.environ["VTRAIN_JAX_CACHE"] not in ("", "0", "off"):  # VTRAIN_JAX_CACHE=0: no cache anywhere
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["VTRAIN_JAX_CACHE"])
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 # Property tests (tests/test_properties.py, test_memory_order.py): CI runs a fixed seed and each test's
 # own small example budget; `HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py` runs
