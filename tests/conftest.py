@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from vtrain.strategy.evaluation import enable_compilation_cache
+
 REPO = Path(__file__).resolve().parent.parent
 
 # One persistent XLA compilation cache for the test session, shared by this process and the CLI
@@ -16,13 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 # of the synthetic runs is ~12 s cold, ~2 s from the cache). A fresh directory per session, removed
 # at exit, so no run reuses another's executables and nothing is written to ~/.cache; set
 # VTRAIN_JAX_CACHE=dir to keep one across local runs. (Set before JAX is imported: JAX reads these
-# variables at import.)
+# variables at import; `enable_compilation_cache` does not import JAX.)
 if "VTRAIN_JAX_CACHE" not in os.environ:
     os.environ["VTRAIN_JAX_CACHE"] = tempfile.mkdtemp(prefix="vtrain-test-jax-")
     atexit.register(shutil.rmtree, os.environ["VTRAIN_JAX_CACHE"], ignore_errors=True)
-if os.environ["VTRAIN_JAX_CACHE"] not in ("", "0", "off"):  # VTRAIN_JAX_CACHE=0: no cache anywhere
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ["VTRAIN_JAX_CACHE"])
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+enable_compilation_cache()  # the search CLI's own switch (VTRAIN_JAX_CACHE=0: no cache), for this process
 
 # Property tests (tests/test_properties.py, test_memory_order.py): CI runs a fixed seed and each test's
 # own small example budget; `HYPOTHESIS_PROFILE=long python -m pytest tests/test_properties.py` runs
